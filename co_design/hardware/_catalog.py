@@ -1,0 +1,318 @@
+"""The GPU catalog: one YAML file per GPU, every number with its source.
+
+File format (``co_design/hardware/data/b200.yaml`` is the reference)::
+
+    name: my-gpu                 # lookup key (case-insensitive)
+    base: b200                   # optional: start from another GPU and override some numbers
+    aliases: [my-gpu-sxm]
+    sms: {value: 148, source: "vendor datasheet"}
+    peak_flops_per_s:
+      bf16: {value: 2250.0e12, source: "..."}
+    ...
+
+A number may also be written bare (``sms: 148``); it is then recorded with the
+source ``"user file <path>"``. A file whose ``name`` is already in the catalog
+and that has no ``base`` overrides that GPU's numbers (``base`` defaults to it).
+
+User GPUs: :func:`load_gpu` reads one file; every ``*.yaml`` / ``*.yml`` in the
+directories of the ``CO_DESIGN_HARDWARE_PATH`` environment variable
+(``os.pathsep``-separated) joins the catalog of :func:`list_gpus` / :func:`get_gpu`.
+
+This module imports no torch and no numpy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+__all__ = ["GPU", "get_gpu", "list_gpus", "load_gpu", "HARDWARE_PATH_ENV"]
+
+HARDWARE_PATH_ENV = "CO_DESIGN_HARDWARE_PATH"
+_DATA_DIR = Path(__file__).with_name("data")
+PRECISIONS = ("bf16", "fp8", "nvfp4")
+
+
+@dataclass(frozen=True, eq=True)
+class GPU:
+    """One GPU's numbers (SI units: bytes, FLOP/s, bytes/s, seconds, watts).
+
+    Peaks are dense (no 2:4 sparsity). ``peak_flops_per_s`` maps a math
+    precision (``"bf16"``, ``"fp8"``, ``"nvfp4"``) to FLOP/s; a missing key means
+    the GPU has no tensor-core path at that precision. Efficiency fields are the
+    achievable fractions the performance model applies to peaks.
+    ``gemm_tiles`` lists the output tiles of its GEMM kernels as
+    ``(rows, cols, sms_per_tile)``; 2-SM tiles (Blackwell CTA pairs) occupy two SMs.
+    ``sources`` maps each field name (``peak_flops_per_s.bf16`` for nested ones)
+    to where its number comes from.
+    """
+
+    name: str
+    sms: int
+    peak_flops_per_s: Mapping[str, float]
+    hbm_bytes: float
+    hbm_usable_bytes: float
+    hbm_bytes_per_s: float
+    l2_bytes: float
+    nvlink_bytes_per_s: float  # per GPU, per direction
+    nvlink_domain: int  # GPUs reachable over NVLink
+    scaleout_bytes_per_s: float  # per GPU, per direction, beyond the NVLink domain
+    tdp_w: float = 0.0
+    gemm_efficiency: float = 0.8  # achievable fraction of peak FLOP/s for large GEMMs
+    attention_efficiency: float = 0.65  # achievable fraction of peak for fused attention math
+    memory_efficiency: float = 0.85  # achievable fraction of HBM bandwidth
+    kernel_overhead_s: float = 3e-6  # fixed cost per kernel (launch gap, prologue, tail)
+    collective_latency_s: float = 10e-6  # fixed cost per collective / point-to-point
+    collective_efficiency: float = 0.8  # achieved bus bandwidth of collectives over the link's per-direction peak
+    gemm_tiles: tuple[tuple[int, int, int], ...] = ((128, 128, 1), (128, 256, 1))
+    k_tile_bytes: int = 128  # bytes of K per pipeline stage; K pads to a multiple of it
+    aliases: tuple[str, ...] = ()
+    description: str = ""
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "peak_flops_per_s", MappingProxyType(dict(self.peak_flops_per_s)))
+        object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
+        object.__setattr__(self, "gemm_tiles", tuple(tuple(int(x) for x in t) for t in self.gemm_tiles))
+        object.__setattr__(self, "aliases", tuple(self.aliases))
+        bad = sorted(set(self.peak_flops_per_s) - set(PRECISIONS))
+        if bad:
+            raise ValueError(f"GPU {self.name!r}: unknown precision(s) {bad} in peak_flops_per_s; use {PRECISIONS}")
+        if not self.peak_flops_per_s:
+            raise ValueError(f"GPU {self.name!r}: peak_flops_per_s needs at least one of {PRECISIONS}")
+        for key in ("sms", "nvlink_domain", "k_tile_bytes"):
+            if int(getattr(self, key)) < 1:
+                raise ValueError(f"GPU {self.name!r}: {key} must be >= 1, got {getattr(self, key)}")
+        for key in ("hbm_bytes", "hbm_usable_bytes", "hbm_bytes_per_s", "nvlink_bytes_per_s", "scaleout_bytes_per_s"):
+            if not float(getattr(self, key)) > 0:
+                raise ValueError(f"GPU {self.name!r}: {key} must be > 0, got {getattr(self, key)}")
+        for key in ("gemm_efficiency", "attention_efficiency", "memory_efficiency", "collective_efficiency"):
+            v = float(getattr(self, key))
+            if not 0 < v <= 1:
+                raise ValueError(f"GPU {self.name!r}: {key} must be in (0, 1], got {v}")
+        for tile in self.gemm_tiles:
+            if len(tile) != 3 or min(tile) < 1:
+                raise ValueError(f"GPU {self.name!r}: gemm_tiles entries are [rows, cols, sms_per_tile], got {tile}")
+
+        object.__setattr__(self, "_hash", hash(tuple(
+            tuple(sorted(v.items())) if isinstance(v, Mapping) else v
+            for k, v in ((f.name, getattr(self, f.name)) for f in dataclasses.fields(self)) if k != "sources")))
+
+    def __hash__(self) -> int:  # Mapping fields are not hashable by default; computed once
+        return self._hash  # type: ignore[attr-defined]
+
+    def peak(self, precision: str) -> float:
+        """Dense peak FLOP/s at ``precision``; ValueError if the GPU lacks it."""
+        try:
+            return self.peak_flops_per_s[precision]
+        except KeyError:
+            raise ValueError(
+                f"GPU {self.name!r} has no {precision} tensor-core rate; it supports {sorted(self.peak_flops_per_s)}"
+            ) from None
+
+    def replace(self, **changes: Any) -> "GPU":
+        """A copy with some numbers changed (e.g. a calibrated efficiency)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["peak_flops_per_s"] = dict(self.peak_flops_per_s)
+        d["sources"] = dict(self.sources)
+        return d
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(GPU)}
+_META = {"name", "base", "aliases", "description"}
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    import yaml  # pyyaml: pure Python, imported only when a file is read
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ValueError(f"cannot read GPU file {str(path)!r}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"GPU file {str(path)!r} is not valid YAML: {exc}") from None
+    if not isinstance(data, Mapping) or "name" not in data:
+        raise ValueError(f"GPU file {str(path)!r} must be a mapping with at least a 'name:' key")
+    return dict(data)
+
+
+def _value(entry: Any, key: str, path: Path) -> tuple[Any, str]:
+    if isinstance(entry, Mapping):
+        if "value" not in entry:
+            raise ValueError(f"GPU file {str(path)!r}: {key} is a mapping without 'value:'")
+        return entry["value"], str(entry.get("source", f"user file {path}"))
+    return entry, f"user file {path}"
+
+
+def _merge(raw: Mapping[str, Any], path: Path, base: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Turn a file's mapping into GPU kwargs, on top of ``base`` kwargs if given."""
+    kw: dict[str, Any] = {k: v for k, v in (base or {}).items()}
+    sources = dict(kw.get("sources", {}))
+    peaks = dict(kw.get("peak_flops_per_s", {}))
+    unknown = sorted(set(raw) - set(_FIELDS) - _META)
+    if unknown:
+        raise ValueError(f"GPU file {str(path)!r}: unknown key(s) {unknown}; known: {sorted(set(_FIELDS) - {'sources'})}")
+    for key, entry in raw.items():
+        if key in _META:
+            continue
+        if key == "peak_flops_per_s":
+            if not isinstance(entry, Mapping):
+                raise ValueError(f"GPU file {str(path)!r}: peak_flops_per_s must map precision -> value")
+            for prec, sub in entry.items():
+                v, src = _value(sub, f"peak_flops_per_s.{prec}", path)
+                if v is None:  # explicit removal: the GPU lacks this precision
+                    peaks.pop(prec, None)
+                    continue
+                peaks[prec] = float(v)
+                sources[f"peak_flops_per_s.{prec}"] = src
+            continue
+        v, src = _value(entry, key, path)
+        kw[key] = v
+        sources[key] = src
+    kw["name"] = str(raw["name"]).lower()
+    kw["aliases"] = tuple(str(a).lower() for a in raw.get("aliases", ())) if "aliases" in raw else ()
+    kw["description"] = str(raw.get("description", kw.get("description", "")))
+    kw["peak_flops_per_s"] = peaks
+    kw["sources"] = sources
+    return kw
+
+
+def _build(kw: Mapping[str, Any], path: Path) -> GPU:
+    missing = sorted(n for n, f in _FIELDS.items()
+                     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and n not in kw)
+    if missing:
+        raise ValueError(f"GPU file {str(path)!r} is missing {missing}; give them or set 'base:' to a known GPU")
+    kw = dict(kw)
+    try:  # YAML 1.1 reads "3.35e12" as a string: coerce by the field's type
+        for key, value in kw.items():
+            kind = _FIELDS[key].type
+            if kind == "float":
+                kw[key] = float(value)
+            elif kind == "int":
+                kw[key] = int(value)
+        kw["peak_flops_per_s"] = {p: float(v) for p, v in kw["peak_flops_per_s"].items()}
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"GPU file {str(path)!r}: a number does not parse ({exc})") from None
+    try:
+        return GPU(**kw)
+    except TypeError as exc:
+        raise ValueError(f"GPU file {str(path)!r}: {exc}") from None
+
+
+class _Catalog:
+    """Built-in files plus the user's directories, read once per distinct env value."""
+
+    def __init__(self) -> None:
+        self._key: str | None = None
+        self._kwargs: dict[str, dict[str, Any]] = {}
+        self._gpus: dict[str, GPU] = {}
+        self._alias: dict[str, str] = {}
+
+    def _files(self) -> list[Path]:
+        files = sorted(_DATA_DIR.glob("*.yaml"))
+        for d in filter(None, os.environ.get(HARDWARE_PATH_ENV, "").split(os.pathsep)):
+            p = Path(d)
+            if not p.is_dir():
+                raise ValueError(f"{HARDWARE_PATH_ENV} names {d!r}, which is not a directory")
+            files += sorted(p.glob("*.yaml")) + sorted(p.glob("*.yml"))
+        return files
+
+    def refresh(self) -> None:
+        key = os.environ.get(HARDWARE_PATH_ENV, "")
+        if key == self._key and self._gpus:
+            return
+        raws = [(path, _read_yaml(path)) for path in self._files()]
+        self._kwargs, self._gpus, self._alias = {}, {}, {}
+        pending = list(raws)
+        while pending:  # resolve 'base:' chains in dependency order
+            progressed = False
+            for item in list(pending):
+                path, raw = item
+                name = str(raw["name"]).lower()
+                base = raw.get("base")
+                if base is None and name in self._kwargs:
+                    base = name  # same name, no base: override the earlier definition
+                if base is not None:
+                    base = self._alias.get(str(base).lower(), str(base).lower())
+                    if base not in self._kwargs:
+                        continue
+                kw = _merge(raw, path, self._kwargs[base] if base else None)
+                if base is not None and "aliases" not in raw and base == name:
+                    kw["aliases"] = self._kwargs[base]["aliases"]
+                self._kwargs[name] = kw
+                self._gpus[name] = _build(kw, path)
+                for a in (name, *kw["aliases"]):
+                    self._alias[a] = name
+                pending.remove(item)
+                progressed = True
+            if not progressed:
+                path, raw = pending[0]
+                raise ValueError(f"GPU file {str(path)!r}: base {raw.get('base')!r} is not a known GPU; known: {sorted(self._kwargs)}")
+        self._key = key
+
+    def names(self) -> list[str]:
+        self.refresh()
+        return list(self._gpus)
+
+    def get(self, name: str) -> GPU:
+        self.refresh()
+        key = self._alias.get(name.strip().lower())
+        if key is None:
+            raise ValueError(f"unknown GPU {name!r}; known: {', '.join(list_gpus())} "
+                             f"(add one with a YAML file in ${HARDWARE_PATH_ENV} or load_gpu(path))")
+        return self._gpus[key]
+
+    def base_kwargs(self, name: str) -> dict[str, Any] | None:
+        self.refresh()
+        key = self._alias.get(name.lower())
+        return self._kwargs.get(key) if key else None
+
+
+_CATALOG = _Catalog()
+_ORDER = ["h100", "h200", "b200", "gb200", "b300", "gb300"]
+
+
+def list_gpus() -> list[str]:
+    """Names of the known GPUs: the built-in six, then the user's files."""
+    names = _CATALOG.names()
+    return [n for n in _ORDER if n in names] + sorted(n for n in names if n not in _ORDER)
+
+
+def get_gpu(name: "str | GPU") -> GPU:
+    """The GPU called ``name`` (case-insensitive; aliases such as ``"GB200-NVL72"`` work).
+
+    A :class:`GPU` passes through unchanged. Unknown names raise ValueError listing the known ones.
+    """
+    if isinstance(name, GPU):
+        return name
+    if not isinstance(name, str):
+        raise ValueError(f"GPU must be a name or a GPU, got {type(name).__name__}")
+    return _CATALOG.get(name)
+
+
+def load_gpu(path: "str | os.PathLike[str]") -> GPU:
+    """Read one GPU YAML file (format in this module's docstring).
+
+    ``base: NAME`` starts from a catalog GPU, so a file may override a single number; a
+    file named like a catalog GPU (``name: b200``) without ``base`` overrides that GPU.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"GPU file {str(path)!r} does not exist")
+    raw = _read_yaml(path)
+    base = raw.get("base")
+    if base is None and _CATALOG.base_kwargs(str(raw["name"])) is not None:
+        base = raw["name"]  # same name as a catalog GPU: override its numbers
+    base_kw = None
+    if base is not None:
+        base_kw = _CATALOG.base_kwargs(str(base))
+        if base_kw is None:
+            raise ValueError(f"GPU file {str(path)!r}: base {base!r} is not a known GPU; known: {', '.join(list_gpus())}")
+    return _build(_merge(raw, path, base_kw), path)

@@ -1,0 +1,47 @@
+"""Collective and point-to-point communication times (alpha-beta model).
+
+A collective among ``n`` GPUs moves data at the NVLink bandwidth (per GPU, per
+direction) when all ``n`` sit in one NVLink domain, otherwise at the scale-out
+bandwidth (the slower hop bounds a hierarchical collective), times the GPU's
+``collective_efficiency`` (achieved bus bandwidth); each call pays
+``gpu.collective_latency_s``. Bandwidth terms (NCCL's "bus bandwidth" algebra):
+
+* all-reduce of ``S`` bytes: ``2 (n-1)/n · S / bw`` (reduce-scatter + all-gather)
+* all-gather / reduce-scatter producing / consuming ``S`` bytes per GPU: ``(n-1)/n · S / bw``
+* all-to-all where each GPU sends ``S`` bytes in total: ``(n-1)/n · S / bw``
+* point-to-point of ``S`` bytes: ``S / bw``
+
+Pure Python.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from co_design.hardware import GPU
+
+__all__ = ["link_bytes_per_s", "collective_time_s", "COLLECTIVES"]
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
+_FACTOR = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0}
+
+
+def link_bytes_per_s(gpu: "GPU", n: int) -> float:
+    """Per-GPU, per-direction bandwidth a collective among ``n`` GPUs achieves (× ``collective_efficiency``)."""
+    peak = gpu.nvlink_bytes_per_s if n <= gpu.nvlink_domain else gpu.scaleout_bytes_per_s
+    return peak * gpu.collective_efficiency
+
+
+def collective_time_s(kind: str, nbytes: float, n: int, gpu: "GPU") -> float:
+    """Seconds for collective ``kind`` of ``nbytes`` (see module docstring) among ``n`` GPUs."""
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    bw = link_bytes_per_s(gpu, n)
+    if kind == "p2p":
+        return gpu.collective_latency_s + nbytes / bw
+    try:
+        factor = _FACTOR[kind]
+    except KeyError:
+        raise ValueError(f"unknown collective {kind!r}; use one of {COLLECTIVES}") from None
+    return gpu.collective_latency_s + factor * (n - 1) / n * nbytes / bw

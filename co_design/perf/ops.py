@@ -1,0 +1,359 @@
+"""Per-op cost table of one serving step on one GPU.
+
+A *step* is one in-flight-batching iteration of one replica (its ``tp`` GPUs,
+one pipeline stage): ``decode`` sequences each emit one token while reading
+their KV cache, and ``prefill`` prompt tokens (new requests' context, possibly
+a chunk) run through the same GEMMs. Layers of the same kind (dense or MoE FFN,
+full or windowed attention) are costed once and multiplied by their count, so
+a 126-layer model costs no more than a 1-layer one.
+
+Per layer (per GPU, shard shapes after parallelism; see :class:`Shards`):
+
+* ``qkv_proj`` GEMM (M=tokens, N=(q + 2·kv heads)·head_dim / shard, K=hidden);
+  MLA: ``q_a``/``q_b``/``kv_a`` GEMMs, ``kv_b`` for prompt tokens, and for decode
+  the absorbed per-head ``mla_q_absorb``/``mla_v_up`` batched GEMMs.
+* ``attention_prefill``: causal FLOPs ``2·heads·(d_qk + d_v)·pairs`` where pairs =
+  Σ_i min(i, window) over prompt positions; FlashAttention IO (Q, K, V, O once).
+* ``attention_decode``: reads each sequence's KV cache (``min(context, window)``
+  tokens), FLOPs ``2·heads·(d_qk + d_v)`` per cached token.
+* ``o_proj`` GEMM; ``attn_norm``/``ffn_norm``/``rotary``/``activation``/``router``
+  /``moe_permute`` as memory-bound elementwise ops.
+* FFN: ``gate_up``/``down`` GEMMs sharded by tp; MoE: ``experts_gate_up``/
+  ``experts_down`` grouped GEMMs over the experts the step touches on this GPU,
+  ``shared_*`` for shared experts.
+* Communication: TP all-reduce after attention and FFN; with attention-DP an
+  all-to-all dispatch/combine (EP) or all-gather/reduce-scatter (TP FFN); Helix
+  all-to-all of partial attention outputs; PP point-to-point.
+
+Plus ``embedding``, ``final_norm``, ``lm_head`` (bf16) and ``sampling`` per step.
+Pure Python.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from co_design.perf.comm import collective_time_s
+from co_design.perf.roofline import bytes_per_element, gemm, math_precision, roofline
+from co_design.perf.types import Deployment, OpCost
+
+if TYPE_CHECKING:
+    from co_design.arch import Architecture
+    from co_design.hardware import GPU
+
+__all__ = ["Shards", "shards", "step_ops", "step_time", "expected_experts_touched", "attended_pairs"]
+
+_BF16 = 2.0
+
+
+def expected_experts_touched(experts: int, top_k: int, tokens: float) -> float:
+    """Expected number of distinct experts hit when ``tokens`` tokens each pick ``top_k`` of ``experts``.
+
+    Each expert is missed by one token with probability ``1 - k/E`` (uniform
+    routing), so E[touched] = E · (1 - (1 - k/E)^tokens). One token touches k;
+    a large batch touches all E (a decode step reads far more than top-k experts).
+    """
+    if tokens <= 0:
+        return 0.0
+    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+
+
+def attended_pairs(length: float, window: int | None) -> float:
+    """Σ_{i=1..L} min(i, w): (query, key) pairs of causal attention over a prompt of L tokens."""
+    if length <= 0:
+        return 0.0
+    if window is None or window >= length:
+        return length * (length + 1) / 2
+    return window * (window + 1) / 2 + (length - window) * window
+
+
+@dataclass(frozen=True)
+class Shards:
+    """Per-GPU shares of one layer under a deployment (validated against the architecture)."""
+
+    a_tp: int  # ways the attention heads split (1 with attention-DP)
+    a_dp: int  # ways the requests split for attention (tp with attention-DP, else 1)
+    kv_split: int  # ways each sequence's KV splits along the sequence (helix)
+    heads: int  # query heads per GPU
+    kv_heads: float  # KV heads stored per GPU (ceil when duplicated)
+    q_dim: int  # per-GPU query width
+    kv_dim: int  # per-GPU K (=V) width; MLA: the latent + rope width (shared by heads)
+    o_in: int  # per-GPU input width of o_proj
+    ffn: int  # dense FFN width per GPU
+    experts: int  # experts per GPU
+    expert_ffn: int  # expert FFN width per GPU
+    shared_ffn: int  # shared experts' total width per GPU
+    vocab: int  # lm_head rows per GPU
+    stage_layers: int  # layers on the slowest pipeline stage
+    moe_tp: int  # ways each expert splits
+
+
+def _check_divides(what: str, value: int, parts: int, field_name: str) -> None:
+    if value % parts:
+        raise ValueError(f"{field_name}={parts} does not divide {what}={value}; choose a degree that divides it")
+
+
+@lru_cache(maxsize=4096)
+def shards(arch: "Architecture", dep: Deployment) -> Shards:
+    """Per-GPU shard shapes; ValueError naming the value for degrees that do not divide what they split."""
+    tp, ep, pp, helix = dep.tp, dep.ep, dep.pp, dep.helix
+    if ep > 1 and not arch.is_moe:
+        raise ValueError(f"ep={ep} needs an MoE model; {arch.name} is dense (use ep=1)")
+    if arch.is_moe and arch.experts % ep:
+        raise ValueError(f"ep={ep} does not divide experts={arch.experts}; choose a degree that divides it")
+    if pp > arch.layers:
+        raise ValueError(f"pp={pp} exceeds layers={arch.layers}")
+    if dep.attention_dp:
+        a_tp, a_dp = 1, tp
+    else:
+        a_tp, a_dp = tp // helix, 1
+        _check_divides("heads", arch.heads, a_tp, "tp" if helix == 1 else "tp/helix")
+        if arch.mla is None and arch.kv_heads % a_tp and a_tp % arch.kv_heads:
+            raise ValueError(f"tp/helix={a_tp} and kv_heads={arch.kv_heads}: one must divide the other "
+                             "(KV heads split or replicate evenly)")
+    heads = arch.heads // a_tp
+    if arch.mla is not None:
+        m = arch.mla
+        kv_heads = float(heads)
+        q_dim = heads * m.qk_head_dim
+        kv_dim = m.kv_lora_rank + m.qk_rope_head_dim
+        o_in = heads * m.v_head_dim
+    else:
+        kv_heads = arch.kv_heads / a_tp if a_tp <= arch.kv_heads else 1.0
+        q_dim = heads * arch.head_dim
+        kv_dim = int(kv_heads * arch.head_dim)
+        o_in = q_dim
+    has_dense = arch.moe_layers < arch.layers
+    if has_dense:
+        _check_divides("ffn", arch.ffn, tp, "tp")
+    moe_tp = tp // ep
+    if arch.is_moe:
+        _check_divides("expert_ffn", arch.expert_ffn, moe_tp, "tp/ep")
+        if arch.shared_experts:
+            _check_divides("shared_expert_ffn", arch.shared_expert_ffn * arch.shared_experts, tp, "tp")
+    return Shards(
+        a_tp=a_tp,
+        a_dp=a_dp,
+        kv_split=helix,
+        heads=heads,
+        kv_heads=kv_heads,
+        q_dim=q_dim,
+        kv_dim=kv_dim,
+        o_in=o_in,
+        ffn=arch.ffn // tp if has_dense else 0,
+        experts=arch.experts // ep if arch.is_moe else 0,
+        expert_ffn=arch.expert_ffn // moe_tp if arch.is_moe else 0,
+        shared_ffn=(arch.shared_expert_ffn * arch.shared_experts) // tp if arch.is_moe else 0,
+        vocab=math.ceil(arch.vocab / tp),
+        stage_layers=math.ceil(arch.layers / pp),
+        moe_tp=moe_tp,
+    )
+
+
+@lru_cache(maxsize=4096)
+def layer_kinds(arch: "Architecture", pp: int) -> tuple[tuple[bool, int | None, float], ...]:
+    """(is_moe, window, count on the slowest stage) for each distinct layer kind."""
+    counts: dict[tuple[bool, int | None], int] = {}
+    for i in range(arch.layers):
+        key = (arch.layer_is_moe(i), arch.layer_window(i))
+        counts[key] = counts.get(key, 0) + 1
+    scale = math.ceil(arch.layers / pp) / arch.layers
+    return tuple((moe, w, c * scale) for (moe, w), c in counts.items())
+
+
+class _Table:
+    """Collects one step's ops (helpers keep the formulas short).
+
+    With ``keep=False`` only the per-bound time totals are kept (no OpCost rows):
+    the fast path for batch searches and sweeps.
+    """
+
+    def __init__(self, gpu: "GPU", phase: str, compute_eff: float, bandwidth_eff: float, keep: bool = True) -> None:
+        self.gpu, self.phase, self.rows, self.keep = gpu, phase, [], keep
+        self.eff, self.bw_eff = compute_eff, bandwidth_eff
+        self.bw = gpu.hbm_bytes_per_s * gpu.memory_efficiency * bandwidth_eff
+        self.by_bound = {"compute": 0.0, "memory": 0.0, "communication": 0.0}
+
+    def gemm(self, name: str, m: float, n: int, k: int, count: float, *, w: str, a: str, groups: int = 1,
+             efficiency: float = 1.0) -> None:
+        m = math.ceil(m)
+        if m <= 0 or n <= 0 or k <= 0 or count <= 0:
+            return
+        g = gemm(self.gpu, m, n, k, weights=w, activations=a, groups=groups, efficiency=efficiency * self.eff,
+                 bandwidth_efficiency=efficiency * self.bw_eff)
+        self.by_bound[g[1]] += g[0] * count
+        if not self.keep:
+            return
+        prec = math_precision(w, a, self.gpu)
+        frac = (g.flops / g.time_s / self.gpu.peak_flops_per_s[prec]) if g.bound == "compute" else (
+            g.bytes / g.time_s / self.gpu.hbm_bytes_per_s)
+        self.rows.append(OpCost(name, self.phase, "gemm", count, g.time_s * count, g.flops * count, g.bytes * count,
+                                g.bound, prec, (m, n, k), groups, g.tile_efficiency, g.wave_efficiency, frac))
+
+    def mem(self, name: str, nbytes: float, count: float, flops: float = 0.0) -> None:
+        """A memory-bound elementwise op moving ``nbytes`` per instance."""
+        if nbytes <= 0 or count <= 0:
+            return
+        t, bound = roofline(0.0, nbytes / self.bw, self.gpu.kernel_overhead_s)
+        self.by_bound[bound] += t * count
+        if self.keep:
+            self.rows.append(OpCost(name, self.phase, "elementwise", count, t * count, flops * count, nbytes * count,
+                                    bound, "bf16", achieved_fraction=nbytes / t / self.gpu.hbm_bytes_per_s))
+
+    def attention(self, name: str, flops: float, nbytes: float, count: float, prec: str = "bf16") -> None:
+        if (flops <= 0 and nbytes <= 0) or count <= 0:
+            return
+        peak = self.gpu.peak_flops_per_s[prec]
+        compute_s = flops / (peak * self.gpu.attention_efficiency * self.eff)
+        t, bound = roofline(compute_s, nbytes / self.bw, self.gpu.kernel_overhead_s)
+        self.by_bound[bound] += t * count
+        if self.keep:
+            frac = flops / t / peak if bound == "compute" else nbytes / t / self.gpu.hbm_bytes_per_s
+            self.rows.append(OpCost(name, self.phase, "attention", count, t * count, flops * count, nbytes * count,
+                                    bound, prec, achieved_fraction=frac))
+
+    def comm(self, name: str, kind: str, nbytes: float, n: int, count: float) -> None:
+        t = collective_time_s(kind, nbytes, n, self.gpu)
+        if t <= 0 or count <= 0:
+            return
+        self.by_bound["communication"] += t * count
+        if self.keep:
+            self.rows.append(OpCost(name, self.phase, "communication", count, t * count, 0.0, nbytes * count,
+                                    "communication", "bf16"))
+
+
+def step_ops(arch: "Architecture", gpu: "GPU", dep: Deployment, *, decode: float, context: float,
+             prefill_tokens: float, prefill_len: float, phase: str = "decode") -> list[OpCost]:
+    """Op table of one step (see :func:`_step`)."""
+    return _step(arch, gpu, dep, decode, context, prefill_tokens, prefill_len, phase, True).rows
+
+
+def step_time(arch: "Architecture", gpu: "GPU", dep: Deployment, *, decode: float, context: float,
+              prefill_tokens: float, prefill_len: float) -> dict[str, float]:
+    """Seconds of one step per bound (``compute``/``memory``/``communication``), without building the table."""
+    return _step(arch, gpu, dep, decode, context, prefill_tokens, prefill_len, "decode", False).by_bound
+
+
+def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, context: float,
+          prefill_tokens: float, prefill_len: float, phase: str, keep: bool) -> _Table:
+    """Op table of one step of one replica on its busiest GPU.
+
+    ``decode``: sequences decoding one token each, with ``context`` cached
+    tokens on average; ``prefill_tokens``: prompt tokens in the step, from
+    prompts of ``prefill_len`` tokens (their attention covers the causal
+    triangle of the whole prompt; chunks of one prompt add up to it).
+    Counts are per replica (all its tp GPUs); the table is per GPU.
+    """
+    s = shards(arch, dep)
+    rt = dep.runtime
+    t = _Table(gpu, phase, rt.kernel_efficiency, rt.bandwidth_efficiency or rt.kernel_efficiency, keep)
+    w, a, kvp = dep.weights, dep.activations, dep.kv_cache
+    ab, kvb = bytes_per_element(a), bytes_per_element(kvp)
+    h, tp = arch.hidden, dep.tp
+    tokens = decode + prefill_tokens  # through every FFN, per replica
+    t_attn = tokens / s.a_dp  # tokens through the attention projections on one GPU
+    dec_attn = decode / s.a_dp  # decoding sequences per GPU (attention)
+    n_prompts = prefill_tokens / prefill_len if prefill_len > 0 else 0.0
+
+    for is_moe, window, count in layer_kinds(arch, dep.pp):
+        # ---------------------------------------------------------------- attention
+        t.mem("attn_norm", t_attn * h * (2 * _BF16 + ab), count)  # read x + residual, write normed (quantized)
+        if arch.mla is None:
+            t.gemm("qkv_proj", t_attn, s.q_dim + 2 * s.kv_dim, h, count, w=w, a=a)
+            t.mem("rotary_kv_write", t_attn * ((s.q_dim + 2 * s.kv_dim) * _BF16 * 2 + 2 * s.kv_dim * kvb), count)
+            d_qk = d_v = arch.head_dim
+            kv_tok_bytes = 2 * s.kv_dim * kvb  # K and V per cached token, this GPU
+        else:
+            m = arch.mla
+            if m.q_lora_rank:
+                t.gemm("q_a_proj", t_attn, m.q_lora_rank, h, count, w=w, a=a)
+                t.gemm("q_b_proj", t_attn, s.q_dim, m.q_lora_rank, count, w=w, a=a)
+            else:
+                t.gemm("q_proj", t_attn, s.q_dim, h, count, w=w, a=a)
+            t.gemm("kv_a_proj", t_attn, s.kv_dim, h, count, w=w, a=a)
+            t.mem("rotary_kv_write", t_attn * (s.q_dim * _BF16 * 2 + s.kv_dim * (_BF16 + kvb)), count)
+            kv_tok_bytes = s.kv_dim * kvb
+            if prefill_tokens:  # prompt tokens expand the latent: K_nope and V per head
+                t.gemm("kv_b_proj", prefill_tokens / s.a_dp, s.heads * (m.qk_nope_head_dim + m.v_head_dim),
+                       m.kv_lora_rank, count, w=w, a=a)
+            if decode:  # absorbed decode: q_nope -> latent, latent -> v per head (bf16 batched GEMMs)
+                t.gemm("mla_q_absorb", dec_attn, m.kv_lora_rank, m.qk_nope_head_dim, count, w="bf16", a="bf16",
+                       groups=s.heads)
+                t.gemm("mla_v_up", dec_attn, m.v_head_dim, m.kv_lora_rank, count, w="bf16", a="bf16", groups=s.heads)
+            d_qk, d_v = m.qk_head_dim, m.v_head_dim
+        if prefill_tokens:
+            pairs = n_prompts * attended_pairs(prefill_len, window) / tp  # prompts spread over all tp ranks
+            # FlashAttention IO: Q, K, V read and O written once per prompt token (K/V re-reads hit L2/SMEM)
+            kv_io = 2 * s.kv_dim if arch.mla is None else s.heads * (d_qk + d_v)
+            io = prefill_tokens / s.a_dp * (s.heads * (d_qk + d_v) + kv_io) * _BF16
+            t.attention("attention_prefill", 2.0 * arch.heads * (d_qk + d_v) * pairs, io, count)
+        if decode:
+            cached = min(context, window) if window else context
+            cached /= s.kv_split
+            if arch.mla is None:
+                fl = 2.0 * s.heads * (d_qk + d_v) * cached * dec_attn
+            else:  # absorbed: scores over kv_lora+rope, values over kv_lora
+                fl = 2.0 * s.heads * (s.kv_dim + arch.mla.kv_lora_rank) * cached * dec_attn
+            io = dec_attn * (cached * kv_tok_bytes + s.heads * (d_qk + d_v) * _BF16)
+            t.attention("attention_decode", fl, io, count, "bf16")
+            if s.kv_split > 1:  # Helix: combine partial outputs + softmax stats across KV ranks
+                t.comm("helix_all_to_all", "all_to_all", dec_attn * s.heads * (d_v + 2) * _BF16 * 2, s.kv_split, count)
+        t.gemm("o_proj", t_attn, h, s.o_in, count, w=w, a=a)
+        if s.a_tp > 1:
+            t.comm("attn_all_reduce", "all_reduce", tokens * h * _BF16, s.a_tp, count)
+        # -------------------------------------------------------------------- FFN
+        t.mem("ffn_norm", t_attn * h * (2 * _BF16 + ab), count)
+        if s.a_dp > 1:  # attention-DP: bring every rank's tokens to the FFN
+            if is_moe and dep.ep > 1:
+                fan = min(arch.experts_per_token, dep.ep)  # GPUs a token is sent to (upper bound)
+                t.comm("moe_dispatch_all_to_all", "all_to_all", t_attn * fan * h * ab, tp, count)
+            else:
+                t.comm("ffn_all_gather", "all_gather", tokens * h * ab, tp, count)
+        if not is_moe:
+            n_up = s.ffn * (2 if arch.gated_ffn else 1)
+            t.gemm("gate_up_proj", tokens, n_up, h, count, w=w, a=a)
+            t.mem("activation", tokens * (n_up * _BF16 + s.ffn * ab), count)
+            t.gemm("down_proj", tokens, h, s.ffn, count, w=w, a=a)
+        else:
+            e, k = arch.experts, arch.experts_per_token
+            t.gemm("router", t_attn, e, h, count, w="bf16", a="bf16")
+            # assignments landing on this GPU's experts; busiest rank carries `imbalance` x the mean
+            local = tokens * k / dep.ep * dep.runtime.moe_load_imbalance
+            local = min(local, tokens * min(k, s.experts))
+            touched = max(1, round(expected_experts_touched(e, k, tokens) / dep.ep))
+            touched = min(touched, s.experts)
+            m_e = local / touched  # tokens per touched expert
+            t.mem("moe_permute", local * h * (ab + ab) + local * h * _BF16 * 2, count)
+            n_up = s.expert_ffn * (2 if arch.gated_ffn else 1)
+            eff = dep.runtime.grouped_gemm_efficiency
+            t.gemm("experts_gate_up", m_e, n_up, h, count, w=w, a=a, groups=touched, efficiency=eff)
+            t.mem("experts_activation", local * (n_up * _BF16 + s.expert_ffn * ab), count)
+            t.gemm("experts_down", m_e, h, s.expert_ffn, count, w=w, a=a, groups=touched, efficiency=eff)
+            if s.shared_ffn:
+                n_sh = s.shared_ffn * (2 if arch.gated_ffn else 1)
+                t.gemm("shared_gate_up", tokens, n_sh, h, count, w=w, a=a)
+                t.mem("shared_activation", tokens * (n_sh * _BF16 + s.shared_ffn * ab), count)
+                t.gemm("shared_down", tokens, h, s.shared_ffn, count, w=w, a=a)
+        if s.a_dp > 1:
+            if is_moe and dep.ep > 1:
+                fan = min(arch.experts_per_token, dep.ep)
+                t.comm("moe_combine_all_to_all", "all_to_all", t_attn * fan * h * _BF16, tp, count)
+            else:
+                t.comm("ffn_reduce_scatter", "reduce_scatter", tokens * h * _BF16, tp, count)
+        elif tp > 1:
+            t.comm("ffn_all_reduce", "all_reduce", tokens * h * _BF16, tp, count)
+    # ------------------------------------------------------------- per step
+    stage_first = 1.0  # embedding and head: on the first / last stage; the slowest stage is charged both
+    t.mem("embedding", tokens / s.a_dp * h * _BF16 * 2, stage_first)
+    heads_in = decode + n_prompts  # sequences producing a next token this step
+    t.mem("final_norm", heads_in * h * _BF16 * 3, 1.0)
+    t.gemm("lm_head", heads_in, s.vocab, h, 1.0, w="bf16", a="bf16")
+    t.mem("sampling", heads_in * s.vocab * 4.0 * 2, 1.0)
+    if tp > 1:
+        t.comm("logits_all_gather", "all_gather", heads_in * 4.0 * 2, tp, 1.0)  # top-k partials, not full logits
+    if dep.pp > 1:
+        t.comm("pp_send_recv", "p2p", tokens * h * _BF16, 2, 1.0)
+    return t

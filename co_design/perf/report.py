@@ -1,0 +1,85 @@
+"""Readable plain-text report of a prediction (what ``co-design predict`` prints without --json)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+from co_design.perf.types import Advice, Prediction
+
+if TYPE_CHECKING:
+    from co_design.arch import Architecture
+
+__all__ = ["format_report"]
+
+
+def _table(header: Sequence[str], rows: list[Sequence[str]], right: set[int]) -> list[str]:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(str(c).rjust(w) if i in right else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    return [line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows]
+
+
+def _si(x: float, unit: str) -> str:
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.2f} {prefix}{unit}"
+    return f"{x:.0f} {unit}"
+
+
+def format_report(arch: "Architecture", pred: Prediction, advice: Sequence[Advice] = (), *, max_ops: int = 40) -> str:
+    """Summary, memory breakdown, per-op table (decode iteration, then the prompt's iteration) and advice."""
+    d = pred.deployment
+    pc = arch.param_counts()
+    out = [
+        f"co-design predict: {arch.name} on {pred.gpu} x{d.gpus} ({d.label})",
+        f"  params {pc.total / 1e9:.2f} B total, {pc.active / 1e9:.2f} B active; weights {d.weights}, "
+        f"activations {d.activations}, KV cache {d.kv_cache}; ISL {d.isl}, OSL {d.osl}",
+        "",
+    ]
+    summary = [
+        ("fits in memory", "yes" if pred.fits else "NO"),
+        ("requests in flight (batch)", f"{pred.batch}"),
+        ("output tokens/s per GPU", f"{pred.output_tokens_per_s_per_gpu:,.1f}"),
+        ("output tokens/s per user", f"{pred.output_tokens_per_s_per_user:,.1f}"),
+        ("output tokens/s (deployment)", f"{pred.output_tokens_per_s:,.1f}"),
+        ("TTFT", f"{pred.ttft_s * 1e3:,.1f} ms"),
+        ("TPOT", f"{pred.tpot_s * 1e3:,.2f} ms"),
+        ("decode iteration bound", pred.bound),
+    ]
+    out += _table(("metric", "value"), summary, {1})
+    m = pred.memory
+    out += ["", "Memory per GPU"]
+    mem_rows = [
+        ("weights", f"{m.weights_bytes / 1e9:,.2f} GB"),
+        ("KV cache (batch at ISL+OSL)", f"{m.kv_cache_bytes / 1e9:,.2f} GB"),
+        ("activations", f"{m.activation_bytes / 1e9:,.2f} GB"),
+        ("runtime reserve", f"{m.reserve_bytes / 1e9:,.2f} GB"),
+        ("total", f"{m.total_bytes / 1e9:,.2f} GB"),
+        ("usable HBM", f"{m.capacity_bytes / 1e9:,.2f} GB"),
+        ("KV pool the runtime would allocate", f"{m.kv_cache_capacity_bytes / 1e9:,.2f} GB"),
+        ("KV per request (ISL+OSL)", f"{m.kv_bytes_per_request / 1e6:,.2f} MB"),
+    ]
+    out += _table(("item", "per GPU"), mem_rows, {1})
+    for phase, title in (("decode", "Decode iteration (steady state, per GPU; prompt share amortized)"),
+                         ("prefill", "Iteration(s) carrying a new prompt (TTFT)")):
+        ops = [o for o in pred.ops if o.phase == phase]
+        if not ops:
+            continue
+        total = sum(o.time_s for o in ops) or 1.0
+        ops = sorted(ops, key=lambda o: -o.time_s)[:max_ops]
+        rows = [(o.name, f"{o.time_s * 1e3:.3f}", f"{100 * o.time_s / total:.1f}", o.bound, o.precision,
+                 "x".join(str(v) for v in o.shape) if o.shape else "", f"{o.count:g}", _si(o.flops, "FLOP"),
+                 _si(o.bytes, "B"), f"{o.achieved_fraction:.2f}",
+                 f"{o.tile_efficiency:.2f}/{o.wave_efficiency:.2f}" if o.kind == "gemm" else "")
+                for o in ops]
+        out += ["", f"{title}: {total * 1e3:.3f} ms of GPU work"]
+        out += _table(("op", "ms", "%", "bound", "prec", "MxNxK", "count", "FLOPs", "bytes", "of peak", "tile/wave"),
+                      rows, {1, 2, 6, 7, 8, 9})
+    if advice:
+        out += ["", "Shape advice (model-computed, same deployment and batch)"]
+        out += [f"  - {a.message}" for a in advice]
+    for n in pred.notes:
+        out.append(f"note: {n}")
+    return "\n".join(out)

@@ -1,0 +1,174 @@
+"""The roofline: one function turns (compute time, memory time) into an op's time.
+
+Everything else in :mod:`co_design.perf` composes :func:`roofline` — GEMMs via
+:func:`gemm`, which first counts tiles and waves on the GPU, fused attention,
+elementwise (memory-bound) ops. Pure Python: no torch, no numpy.
+
+Precision rules (per tensor class):
+
+* Storage bytes per element: bf16 2, fp8 1, nvfp4 0.5625 (4-bit E2M1 value plus
+  one 8-bit E4M3 scale per 16-element block: 4.5 bits; REFERENCE.md §1).
+* GEMM math precision = the *wider* of the weight and activation formats, since
+  a tensor core multiplies both operands in one format: W4A16 runs at the bf16
+  rate (reading 4-bit weights, dequantized in the kernel), W8A8 at the fp8 rate,
+  W4A8 at the fp8 rate (Blackwell's mixed f8f6f4 MMA), W4A4 at the nvfp4 rate.
+  If the GPU lacks that rate (Hopper has no nvfp4 tensor cores) the next wider
+  rate it has is used (W4A4 on H100 → fp8 math with 4-bit weight reads).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from co_design.hardware import GPU
+
+__all__ = [
+    "Precision",
+    "BYTES_PER_ELEMENT",
+    "PRECISIONS",
+    "bytes_per_element",
+    "math_precision",
+    "roofline",
+    "tile_wave",
+    "gemm",
+    "GemmCost",
+]
+
+Precision = Literal["bf16", "fp8", "nvfp4"]
+PRECISIONS: tuple[str, ...] = ("nvfp4", "fp8", "bf16")  # narrow -> wide
+BYTES_PER_ELEMENT: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "nvfp4": 0.5625}
+_WIDTH = {"nvfp4": 0, "fp8": 1, "bf16": 2}
+_MATH_BYTES = {"nvfp4": 0.5, "fp8": 1.0, "bf16": 2.0}  # element bytes inside the MMA (scales aside)
+
+
+def bytes_per_element(precision: str) -> float:
+    """Storage bytes per element, block scales included (nvfp4: 0.5625)."""
+    try:
+        return BYTES_PER_ELEMENT[precision]
+    except KeyError:
+        raise ValueError(f"unknown precision {precision!r}; use one of {sorted(BYTES_PER_ELEMENT)}") from None
+
+
+def math_precision(weights: str, activations: str, gpu: "GPU") -> str:
+    """Tensor-core rate a GEMM runs at: the wider operand format, widened to one the GPU has."""
+    bytes_per_element(weights), bytes_per_element(activations)  # validate
+    width = max(_WIDTH[weights], _WIDTH[activations])
+    for prec in PRECISIONS[width:]:
+        if prec in gpu.peak_flops_per_s:
+            return prec
+    raise ValueError(f"GPU {gpu.name!r} supports none of {PRECISIONS[width:]} (has {sorted(gpu.peak_flops_per_s)})")
+
+
+def roofline(compute_s: float, memory_s: float, overhead_s: float = 0.0) -> tuple[float, str]:
+    """THE roofline: an op takes ``max(compute_s, memory_s) + overhead_s`` seconds.
+
+    Returns ``(time_s, bound)`` with bound ``"compute"`` or ``"memory"``.
+    """
+    if compute_s >= memory_s:
+        return compute_s + overhead_s, "compute"
+    return memory_s + overhead_s, "memory"
+
+
+def tile_wave(m: int, n: int, tile_m: int, tile_n: int, sms: int, sms_per_tile: int = 1) -> tuple[int, int, float, float]:
+    """Tile and wave quantization of an (m × n) GEMM output.
+
+    The output splits into ``ceil(m/tile_m) * ceil(n/tile_n)`` tiles; a partial
+    tile costs a full one. Tiles run in waves of ``sms // sms_per_tile``; a
+    partial last wave costs a full one. Returns ``(tiles, waves,
+    tile_efficiency, wave_efficiency)`` where tile_efficiency = m*n / (tiles *
+    tile_m*tile_n) and wave_efficiency = tiles / (waves * tiles_per_wave).
+    """
+    tiles = math.ceil(m / tile_m) * math.ceil(n / tile_n)
+    per_wave = max(1, sms // sms_per_tile)
+    waves = math.ceil(tiles / per_wave)
+    return tiles, waves, (m * n) / (tiles * tile_m * tile_n), tiles / (waves * per_wave)
+
+
+class GemmCost(tuple):
+    """``(time_s, bound, flops, bytes, tile_efficiency, wave_efficiency, compute_s, memory_s, tile)``."""
+
+    __slots__ = ()
+    time_s = property(lambda s: s[0])
+    bound = property(lambda s: s[1])
+    flops = property(lambda s: s[2])
+    bytes = property(lambda s: s[3])
+    tile_efficiency = property(lambda s: s[4])
+    wave_efficiency = property(lambda s: s[5])
+    compute_s = property(lambda s: s[6])
+    memory_s = property(lambda s: s[7])
+    tile = property(lambda s: s[8])
+
+
+def gemm(gpu: "GPU", m: int, n: int, k: int, *, weights: str, activations: str, groups: int = 1,
+         out_bytes_per_element: float = 2.0, split_k: bool = True, efficiency: float = 1.0,
+         bandwidth_efficiency: float | None = None) -> GemmCost:
+    """Time of ``groups`` independent (m×k)·(k×n) GEMMs run as one (grouped) kernel on one GPU.
+
+    * FLOPs (useful) = 2·m·n·k·groups.
+    * Compute: the kernel picks the output tile (from ``gpu.gemm_tiles``) and
+      split-K factor that minimize time, as an autotuner would. Tiles pad m and n
+      (tile quantization), K pads to ``gpu.k_tile_bytes`` of the operand format,
+      and tiles run in waves over the SMs (wave quantization). Time =
+      waves × (tile FLOPs / per-SM rate), the rate being
+      ``peak[math_precision] × gemm_efficiency / sms``.
+    * Memory: weights n·k·groups at the weight format, inputs m·k·groups at the
+      activation format, outputs m·n·groups at ``out_bytes_per_element``, each
+      moved once (L2 absorbs re-reads), at ``hbm_bytes_per_s × memory_efficiency``.
+    * ``efficiency`` scales the FLOP rate further and ``bandwidth_efficiency``
+      (default: ``efficiency``) the bandwidth (e.g. a runtime's kernels, grouped
+      MoE kernels that reach a lower fraction than dense GEMMs).
+    * Plus ``gpu.kernel_overhead_s``; combined by :func:`roofline`.
+    """
+    if m <= 0 or n <= 0 or k <= 0 or groups <= 0:
+        return GemmCost((0.0, "memory", 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, (0, 0, 0)))
+    bw_eff = efficiency if bandwidth_efficiency is None else bandwidth_efficiency
+    return _gemm_cached(gpu, m, n, k, weights, activations, groups, out_bytes_per_element, split_k, efficiency, bw_eff)
+
+
+@lru_cache(maxsize=256)
+def _tiles(gpu: "GPU") -> tuple[tuple[int, int, int, int], ...]:
+    """(tile_m, tile_n, sms_per_tile, tiles_per_wave) for the GPU's GEMM kernels."""
+    return tuple((tm, tn, spt, max(1, gpu.sms // spt)) for tm, tn, spt in gpu.gemm_tiles)
+
+
+@lru_cache(maxsize=1 << 17)
+def _gemm_cached(gpu: "GPU", m: int, n: int, k: int, weights: str, activations: str, groups: int,
+                 out_b: float, split_k: bool, eff: float, bw_eff: float) -> GemmCost:
+    prec = math_precision(weights, activations, gpu)
+    wb, ab = BYTES_PER_ELEMENT[weights], BYTES_PER_ELEMENT[activations]
+    rate_per_sm = gpu.peak_flops_per_s[prec] * gpu.gemm_efficiency * eff / gpu.sms  # FLOP/s per SM
+    # K pads to whole k-tiles of k_tile_bytes in the math format (128 B = 64 bf16 / 128 fp8 / 256 fp4 elements)
+    k_tile = max(1, int(gpu.k_tile_bytes / _MATH_BYTES[prec]))
+    k_pad = -(-k // k_tile) * k_tile
+    flops = 2.0 * m * n * k * groups
+    bw = gpu.hbm_bytes_per_s * gpu.memory_efficiency * bw_eff
+    base_bytes = groups * (n * k * wb + m * k * ab + m * n * out_b)
+    base_memory_s = base_bytes / bw
+    best = None
+    for tm, tn, spt, per_wave in _tiles(gpu):
+        tiles = -(-m // tm) * -(-n // tn) * groups  # tile quantization
+        t_eff = m * n * groups / (tiles * tm * tn)
+        tile_s = 2.0 * tm * tn / (rate_per_sm * spt)  # seconds per K element of one tile
+        # no split: waves of tiles (wave quantization)
+        waves = -(-tiles // per_wave)
+        c = waves * tile_s * k_pad
+        key = (max(c, base_memory_s), c)
+        if best is None or key < best[0]:
+            best = (key, c, base_memory_s, base_bytes, t_eff, tiles / (waves * per_wave), (tm, tn, 1))
+        if split_k and tiles < per_wave:
+            # split-K: spread K over idle SMs (at least 4 k-tiles per split); fp32 partials written and re-read
+            for splits in (2, 4, 8, 16):
+                if splits * tiles > per_wave or k_pad // (splits * k_tile) < 4:
+                    break
+                k_split = -(-k_pad // (splits * k_tile)) * k_tile
+                nbytes = base_bytes + groups * m * n * 8.0 * splits
+                c, mem = tile_s * k_split, nbytes / bw  # one wave
+                key = (max(c, mem), c)
+                if key < best[0]:
+                    best = (key, c, mem, nbytes, t_eff, tiles * splits / per_wave, (tm, tn, splits))
+    _, compute_s, memory_s, nbytes, t_eff, w_eff, tile = best
+    time_s, bound = roofline(compute_s, memory_s, gpu.kernel_overhead_s)
+    return GemmCost((time_s, bound, flops, nbytes, t_eff, w_eff, compute_s, memory_s, tile))

@@ -1,0 +1,265 @@
+"""Serving predictions: one operating point, the max-throughput point, the Pareto front.
+
+Steady state of in-flight batching (what an offline max-load benchmark
+measures): a replica keeps ``B`` requests in flight. Each iteration every one of
+them emits a token, and to keep the batch full ``B / OSL`` requests finish and as
+many start, so each iteration also carries ``B · ISL / OSL`` prompt tokens — each
+request's prefill amortized over its output tokens. Decoding sequences hold on
+average ``ISL + OSL/2`` cached tokens. An iteration larger than the runtime's
+token budget (``max_num_tokens``) runs as several chunks, re-reading the weights.
+With ``pp`` stages the batch splits into ``pp`` micro-batches in flight.
+
+* TPOT = pp × (stage time of one micro-batch's iteration) + host overhead
+* output tokens/s per user = 1 / TPOT; per GPU = replicas · B / TPOT / gpus
+* TTFT = the iterations that carry a new prompt (chunks of at most
+  ``max_num_tokens - decode`` tokens beside the running decode batch); queueing
+  before admission is not modelled.
+
+Pure Python.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+from co_design.hardware import GPU, get_gpu
+from co_design.perf.memory import max_batch, memory_breakdown
+from co_design.perf.ops import shards, step_ops, step_time
+from co_design.perf.types import SLO, Deployment, OpCost, Prediction
+
+if TYPE_CHECKING:
+    from co_design.arch import Architecture
+
+__all__ = ["predict", "max_throughput", "pareto", "parallelisms"]
+
+_MIN_CONTEXT_CHUNK = 256  # tokens of a prompt admitted per iteration when the budget is nearly full
+
+
+def _check_arch(arch: "Architecture") -> None:
+    from co_design.arch import Architecture
+
+    if not isinstance(arch, Architecture):
+        raise ValueError(f"arch must be a co_design.arch.Architecture, got {type(arch).__name__} "
+                         "(load one with Architecture.load(path))")
+
+
+def _scaled(ops: list[OpCost], factor: float) -> list[OpCost]:
+    if factor == 1:
+        return ops
+    return [dataclasses.replace(o, count=o.count * factor, time_s=o.time_s * factor, flops=o.flops * factor,
+                                bytes=o.bytes * factor) for o in ops]
+
+
+def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica: int, *, with_ops: bool,
+              with_ttft: bool = True) -> Prediction:
+    rt = dep.runtime
+    s = shards(arch, dep)
+    b = max(1, batch_per_replica)
+    mem = memory_breakdown(arch, gpu, dep, b)
+    # ---------------------------------------------------------------- decode iteration
+    mb = b / dep.pp  # micro-batch per pipeline stage
+    prompt = mb * dep.isl / dep.osl  # amortized prompt tokens per iteration
+    # the token budget is per rank that schedules its own requests (each attention-DP rank has one)
+    chunks = max(1, math.ceil((mb + prompt) / (rt.max_num_tokens * s.a_dp) - 1e-9))
+    kw = dict(decode=mb / chunks, context=dep.isl + dep.osl / 2, prefill_tokens=prompt / chunks, prefill_len=dep.isl)
+    if with_ops:
+        ops = step_ops(arch, gpu, dep, phase="decode", **kw)
+        by_bound: dict[str, float] = {}
+        for o in ops:
+            by_bound[o.bound] = by_bound.get(o.bound, 0.0) + o.time_s
+    else:
+        ops, by_bound = [], step_time(arch, gpu, dep, **kw)
+    stage_s = chunks * sum(by_bound.values())
+    host_s = rt.iteration_overhead_s + rt.request_overhead_s * b / s.a_dp / chunks  # per iteration; DP ranks in parallel
+    tpot = dep.pp * stage_s + chunks * host_s
+    per_user = 1.0 / tpot
+    per_gpu = dep.replicas * b / tpot / dep.gpus
+    bound = max(by_bound, key=by_bound.get) if by_bound else "memory"
+    # ------------------------------------------------------------------ TTFT
+    ttft = float("nan")
+    pf_ops: list[OpCost] = []
+    if with_ttft:
+        budget = max(_MIN_CONTEXT_CHUNK, rt.max_num_tokens - math.ceil(mb / s.a_dp))
+        n_pf = math.ceil(dep.isl / budget)
+        chunk = dep.isl / n_pf
+        pkw = dict(decode=max(0.0, mb - 1), context=dep.isl + dep.osl / 2, prefill_tokens=chunk, prefill_len=dep.isl)
+        if with_ops:
+            pf_ops = step_ops(arch, gpu, dep, phase="prefill", **pkw)
+            pf_s = sum(o.time_s for o in pf_ops)
+        else:
+            pf_s = sum(step_time(arch, gpu, dep, **pkw).values())
+        ttft = n_pf * (dep.pp * pf_s + rt.iteration_overhead_s + rt.request_overhead_s * b / s.a_dp)
+        pf_ops = _scaled(pf_ops, n_pf)
+    notes: list[str] = []
+    if chunks > 1:
+        notes.append(f"iteration of {mb + prompt:.0f} tokens exceeds max_num_tokens={rt.max_num_tokens}"
+                     f"{f' x {s.a_dp} attention-DP ranks' if s.a_dp > 1 else ''}: runs as {chunks} chunks")
+    if not mem.fits:
+        notes.append("does not fit: weights + activations + reserve + KV cache exceed usable HBM "
+                     f"({mem.total_bytes / 1e9:.1f} GB needed of {mem.capacity_bytes / 1e9:.1f} GB)")
+    return Prediction(
+        output_tokens_per_s_per_gpu=per_gpu,
+        output_tokens_per_s_per_user=per_user,
+        ttft_s=ttft,
+        tpot_s=tpot,
+        batch=b * dep.replicas,
+        fits=mem.fits,
+        bound=bound,
+        memory=mem,
+        ops=(_scaled(ops, chunks) + pf_ops) if with_ops else [],
+        deployment=dep.replace(concurrency=b * dep.replicas) if with_ops or with_ttft else dep,
+        gpu=gpu.name,
+        notes=tuple(notes),
+    )
+
+
+def predict(arch: "Architecture", gpu: "GPU | str", deployment: Deployment) -> Prediction:
+    """Performance of ``deployment`` at ``deployment.concurrency`` requests in flight.
+
+    A deployment that does not fit in memory is returned with ``fits=False`` and
+    its memory breakdown (not an exception). Nonsense (a degree that does not
+    divide what it splits) raises ValueError naming the value.
+    """
+    _check_arch(arch)
+    gpu = get_gpu(gpu)
+    if deployment.concurrency is None:
+        raise ValueError("predict needs Deployment.concurrency (requests in flight); "
+                         "use max_throughput(...) to let the model choose it")
+    shards(arch, deployment)  # validate
+    b = math.ceil(deployment.concurrency / deployment.replicas)
+    return _evaluate(arch, gpu, deployment, b, with_ops=True)
+
+
+def _batch_grid(b_max: int, step: float = 1.25) -> list[int]:
+    """1, 2, 3, 4, 5, 6, 8, ... (x ``step``) up to b_max, b_max included."""
+    out, x = [], 1.0
+    while x < b_max:
+        out.append(int(x))
+        x = max(x + 1, x * step)
+    out.append(b_max)
+    return sorted(set(out))
+
+
+def max_throughput(arch: "Architecture", gpu: "GPU | str", deployment: Deployment, *,
+                   slo: SLO | None = None) -> Prediction:
+    """Highest output tokens/s per GPU over the batch sizes that fit (and meet ``slo``).
+
+    ``deployment.concurrency`` is ignored. If the weights do not fit, returns the
+    batch-1 prediction with ``fits=False``; if no batch meets the SLO, returns
+    the batch that comes closest (fastest per user) with a note.
+    """
+    _check_arch(arch)
+    gpu = get_gpu(gpu)
+    dep = deployment
+    shards(arch, dep)
+    b_max = max_batch(arch, gpu, dep)
+    if b_max < 1:
+        return _evaluate(arch, gpu, dep, 1, with_ops=True)
+    need_ttft = slo is not None and slo.max_ttft_s is not None
+    best, best_b, fallback = None, None, None
+    seen: dict[int, Prediction] = {}
+
+    def consider(b: int) -> None:
+        nonlocal best, best_b, fallback
+        if b in seen or not 1 <= b <= b_max:
+            return
+        p = seen[b] = _evaluate(arch, gpu, dep, b, with_ops=False, with_ttft=need_ttft)
+        if slo is not None and not slo.met(p):
+            if fallback is None or p.output_tokens_per_s_per_user > fallback[0]:
+                fallback = (p.output_tokens_per_s_per_user, b)
+            return
+        if best is None or p.output_tokens_per_s_per_gpu > best.output_tokens_per_s_per_gpu:
+            best, best_b = p, b
+
+    # coarse pass over powers of two (and b_max), then a ~1.1x-step refinement around the best
+    b = 1
+    while b < b_max:
+        consider(b)
+        b *= 2
+    consider(b_max)
+    if best_b is not None:
+        lo, hi = max(1, best_b // 2), min(b_max, best_b * 2)
+        for b in _batch_grid(hi, step=1.1):
+            if b >= lo:
+                consider(b)
+    if best_b is None:
+        out = _evaluate(arch, gpu, dep, fallback[1], with_ops=True)
+        return dataclasses.replace(out, notes=out.notes + ("no batch size meets the SLO; closest shown",))
+    return _evaluate(arch, gpu, dep, best_b, with_ops=True)
+
+
+def parallelisms(arch: "Architecture", gpus: int, *, pp: Sequence[int] = (1,), helix: bool = False,
+                 **fixed: object) -> list[Deployment]:
+    """Valid deployments of ``gpus`` GPUs: tp over divisors, ep in {1, tp} for MoE, attention-DP on/off.
+
+    ``fixed`` holds other Deployment fields (precisions, isl, osl, runtime).
+    """
+    out: list[Deployment] = []
+    for p in pp:
+        for tp in [d for d in range(1, gpus + 1) if gpus % (d * p) == 0]:
+            eps = sorted({1, tp}) if arch.is_moe else [1]
+            dps = [False, True] if tp > 1 else [False]
+            helixes = sorted({1, *(h for h in (2, 4, 8) if helix and tp % h == 0 and h <= tp)})
+            for ep in eps:
+                for dp in dps:
+                    for hx in helixes:
+                        if dp and hx > 1:
+                            continue
+                        try:
+                            d = Deployment(gpus=gpus, tp=tp, ep=ep, pp=p, attention_dp=dp, helix=hx, **fixed)
+                            shards(arch, d)
+                        except ValueError:
+                            continue
+                        out.append(d)
+    return out
+
+
+def _front(points: list[Prediction]) -> list[Prediction]:
+    """Non-dominated points on (tokens/s per GPU, tokens/s per user), sorted by per-user speed."""
+    pts = sorted(points, key=lambda p: (-p.output_tokens_per_s_per_user, -p.output_tokens_per_s_per_gpu))
+    front, best_gpu = [], -1.0
+    for p in pts:
+        if p.output_tokens_per_s_per_gpu > best_gpu:
+            front.append(p)
+            best_gpu = p.output_tokens_per_s_per_gpu
+    return sorted(front, key=lambda p: p.output_tokens_per_s_per_user)
+
+
+def pareto(arch: "Architecture", gpu: "GPU | str", deployment: Deployment, *, slo: SLO | None = None,
+           deployments: Iterable[Deployment] | None = None, concurrencies: Iterable[int] | None = None,
+           with_ops: bool = False) -> list[Prediction]:
+    """Throughput-vs-interactivity Pareto front over concurrency x parallelism.
+
+    ``deployments``: the parallel layouts to compare (default: :func:`parallelisms`
+    of ``deployment.gpus`` GPUs with ``deployment``'s precisions, ISL/OSL and
+    runtime). ``concurrencies``: requests in flight per deployment (default: a
+    ~1.25x geometric grid up to what fits). Points that do not fit or miss the
+    SLO are dropped. Returned sorted by output tokens/s per user, ascending.
+    """
+    _check_arch(arch)
+    gpu = get_gpu(gpu)
+    if deployments is None:
+        fixed = {f.name: getattr(deployment, f.name) for f in dataclasses.fields(Deployment)
+                 if f.name in ("weights", "activations", "kv_cache", "isl", "osl", "runtime")}
+        deployments = parallelisms(arch, deployment.gpus, pp=sorted({1, deployment.pp}), **fixed)
+    conc = sorted(set(concurrencies)) if concurrencies is not None else None
+    points: list[Prediction] = []
+    for dep in deployments:
+        shards(arch, dep)
+        b_max = max_batch(arch, gpu, dep)
+        if b_max < 1:
+            continue
+        grid = [math.ceil(c / dep.replicas) for c in conc] if conc else _batch_grid(b_max)
+        need_ttft = slo is not None and slo.max_ttft_s is not None
+        for b in sorted(set(grid)):
+            if b > b_max:
+                continue
+            p = _evaluate(arch, gpu, dep, b, with_ops=False, with_ttft=need_ttft)
+            if slo is not None and not slo.met(p):
+                continue
+            points.append(p)
+    # the sweep skips TTFT unless the SLO needs it: fill it (and ops when asked) for the few front points
+    return [_evaluate(arch, gpu, p.deployment, math.ceil(p.batch / p.deployment.replicas), with_ops=with_ops)
+            for p in _front(points)]

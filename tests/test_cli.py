@@ -1,0 +1,73 @@
+"""`co-design predict`: report, --json keys, defaults and exit code 2 on bad input."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from co_design.cli import main
+
+CONFIG = """hidden: 2048
+layers: 4
+heads: 16
+kv_heads: 4
+ffn: 8192
+vocab: 32000
+name: tiny
+"""
+
+
+@pytest.fixture()
+def config(tmp_path):
+    p = tmp_path / "tiny.yaml"
+    p.write_text(CONFIG)
+    return str(p)
+
+
+def test_json_keys(config, capsys):
+    assert main(["predict", config, "--hardware", "h200", "--weights", "fp8", "--activations", "fp8",
+                 "--concurrency", "8", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    for key in ("output_tokens_per_s_per_gpu", "output_tokens_per_s_per_user", "ttft_ms", "tpot_ms", "batch",
+                "memory_per_gpu_gb", "fits", "ops"):
+        assert key in d, key
+    assert d["batch"] == 8 and d["fits"] is True and d["gpu"] == "h200"
+    assert {"name", "time_ms", "bound", "flops", "bytes"} <= set(d["ops"][0])
+
+
+def test_report_defaults_to_max_throughput(config, capsys):
+    assert main(["predict", config]) == 0
+    out = capsys.readouterr().out
+    assert "output tokens/s per GPU" in out and "Memory per GPU" in out and "bound" in out
+
+
+def test_hf_config_json(tmp_path, capsys):
+    hf = {"model_type": "llama", "hidden_size": 1024, "num_hidden_layers": 2, "num_attention_heads": 8,
+          "num_key_value_heads": 8, "intermediate_size": 4096, "vocab_size": 32000}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(hf))
+    assert main(["predict", str(p), "--json", "--no-advice", "--max-throughput"]) == 0
+    assert json.loads(capsys.readouterr().out)["fits"] is True
+
+
+@pytest.mark.parametrize("args, word", [
+    (["--hardware", "b2OO"], "b200"),
+    (["--tp", "3"], "tp=3"),
+    (["--ep", "2", "--tp", "2"], "ep=2"),
+])
+def test_bad_input_exit_2(config, capsys, args, word):
+    assert main(["predict", config, *args]) == 2
+    err = capsys.readouterr().err
+    assert word in err and "Traceback" not in err
+
+
+def test_missing_config_exit_2(tmp_path, capsys):
+    assert main(["predict", str(tmp_path / "nope.yaml")]) == 2
+    assert "nope.yaml" in capsys.readouterr().err
+
+
+def test_console_script_runs(config):
+    r = subprocess.run([sys.executable, "-m", "co_design.cli", "predict", config, "--hardware", "nosuch"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "known:" in r.stderr and "Traceback" not in r.stderr

@@ -1,0 +1,99 @@
+"""The GPU catalog: built-in data with sources, lookups, user files and overrides."""
+
+import math
+
+import pytest
+
+from co_design.hardware import GPU, HARDWARE_PATH_ENV, get_gpu, list_gpus, load_gpu
+
+BUILTIN = ["h100", "h200", "b200", "gb200", "b300", "gb300"]
+NUMBERS = ["sms", "hbm_bytes", "hbm_usable_bytes", "hbm_bytes_per_s", "l2_bytes", "nvlink_bytes_per_s",
+           "nvlink_domain", "scaleout_bytes_per_s", "gemm_efficiency", "attention_efficiency", "memory_efficiency",
+           "kernel_overhead_s", "collective_latency_s", "collective_efficiency", "gemm_tiles"]
+
+
+def test_builtin_six_in_order():
+    assert list_gpus()[:6] == BUILTIN
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+def test_every_number_has_a_source(name):
+    g = get_gpu(name)
+    for key in NUMBERS:
+        assert g.sources.get(key), f"{name}.{key} has no source"
+    for prec in g.peak_flops_per_s:
+        assert g.sources.get(f"peak_flops_per_s.{prec}"), f"{name} peak {prec} has no source"
+    assert g.hbm_usable_bytes <= g.hbm_bytes * 1.1
+
+
+def test_reference_numbers():
+    # REFERENCE.md section 2 (dense peaks; sparse would be 2x)
+    assert get_gpu("h100").peak_flops_per_s["bf16"] == 989e12
+    assert "nvfp4" not in get_gpu("h200").peak_flops_per_s  # Hopper has no FP4 tensor cores
+    b200 = get_gpu("b200")
+    assert (b200.sms, b200.peak_flops_per_s["nvfp4"], b200.hbm_bytes_per_s) == (148, 9000e12, 8e12)
+    assert get_gpu("gb200").nvlink_domain == 72 and b200.nvlink_domain == 8
+    assert get_gpu("gb300").peak_flops_per_s["nvfp4"] == 15000e12
+    assert get_gpu("b300").sms == 160
+    assert math.isclose(get_gpu("h200").nvlink_bytes_per_s, 450e9)
+
+
+def test_lookup_is_case_insensitive_with_aliases_and_passthrough():
+    assert get_gpu("B200") is get_gpu("b200")
+    assert get_gpu("GB200-NVL72").name == "gb200"
+    g = get_gpu("h100")
+    assert get_gpu(g) is g
+
+
+def test_unknown_gpu_lists_known():
+    with pytest.raises(ValueError) as e:
+        get_gpu("b2OO")
+    msg = str(e.value)
+    assert "b2OO" in msg and all(n in msg for n in BUILTIN)
+
+
+def test_user_file_with_base_overrides_one_number(tmp_path):
+    f = tmp_path / "fast_b200.yaml"
+    f.write_text("name: fast-b200\nbase: b200\nhbm_bytes_per_s: {value: 10.0e12, source: 'what-if'}\n")
+    g = load_gpu(f)
+    assert isinstance(g, GPU)
+    assert g.name == "fast-b200" and g.hbm_bytes_per_s == 10e12 and g.sources["hbm_bytes_per_s"] == "what-if"
+    assert g.sms == 148 and g.peak_flops_per_s == get_gpu("b200").peak_flops_per_s
+
+
+def test_user_file_missing_fields_names_them(tmp_path):
+    f = tmp_path / "x.yaml"
+    f.write_text("name: x\nsms: 10\n")
+    with pytest.raises(ValueError, match="missing"):
+        load_gpu(f)
+
+
+def test_env_dir_adds_and_overrides(tmp_path, monkeypatch):
+    (tmp_path / "my.yaml").write_text(
+        "name: my-gpu\nbase: h100\nsms: {value: 100, source: 'lab'}\n")
+    (tmp_path / "h100.yaml").write_text("name: h100\nhbm_bytes_per_s: 3.0e12\n")  # same name: override
+    monkeypatch.setenv(HARDWARE_PATH_ENV, str(tmp_path))
+    assert "my-gpu" in list_gpus()
+    assert get_gpu("my-gpu").sms == 100
+    assert get_gpu("h100").hbm_bytes_per_s == 3.0e12
+    assert get_gpu("h100").sms == 132  # the rest of h100 kept
+    monkeypatch.delenv(HARDWARE_PATH_ENV)
+    assert get_gpu("h100").hbm_bytes_per_s == 3.35e12
+    assert "my-gpu" not in list_gpus()
+
+
+def test_bad_numbers_rejected(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("name: bad\nbase: b200\nmemory_efficiency: 1.5\n")
+    with pytest.raises(ValueError, match="memory_efficiency"):
+        load_gpu(f)
+    f.write_text("name: bad\nbase: nosuch\n")
+    with pytest.raises(ValueError, match="nosuch"):
+        load_gpu(f)
+
+
+def test_load_gpu_same_name_overrides(tmp_path):
+    f = tmp_path / "b200.yaml"
+    f.write_text("name: b200\nmemory_efficiency: {value: 0.7, source: 'my measurement'}\n")
+    g = load_gpu(f)
+    assert g.memory_efficiency == 0.7 and g.sms == 148 and g.sources["memory_efficiency"] == "my measurement"

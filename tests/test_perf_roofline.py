@@ -1,0 +1,121 @@
+"""The roofline function, precisions, tile/wave quantization and a one-layer table done on paper."""
+
+import math
+
+import pytest
+
+from co_design.arch import Architecture
+from co_design.hardware import get_gpu
+from co_design.perf import Deployment, Runtime
+from co_design.perf.ops import attended_pairs, expected_experts_touched, step_ops
+from co_design.perf.roofline import bytes_per_element, gemm, math_precision, roofline, tile_wave
+
+IDEAL = Runtime(kernel_efficiency=1.0, grouped_gemm_efficiency=1.0, iteration_overhead_s=0.0, request_overhead_s=0.0)
+
+
+def test_roofline_is_max_plus_overhead():
+    assert roofline(2.0, 1.0, 0.5) == (2.5, "compute")
+    assert roofline(1.0, 3.0) == (3.0, "memory")
+
+
+def test_bytes_per_element():
+    assert bytes_per_element("nvfp4") == 0.5625  # 4 bits + one 8-bit scale per 16 elements
+    assert bytes_per_element("fp8") == 1.0 and bytes_per_element("bf16") == 2.0
+    with pytest.raises(ValueError, match="fp16"):
+        bytes_per_element("fp16")
+
+
+def test_math_precision_rule():
+    b200, h100 = get_gpu("b200"), get_gpu("h100")
+    assert math_precision("nvfp4", "bf16", b200) == "bf16"  # W4A16 at bf16 rate
+    assert math_precision("nvfp4", "nvfp4", b200) == "nvfp4"  # W4A4 at fp4 rate
+    assert math_precision("nvfp4", "fp8", b200) == "fp8"  # W4A8 at fp8 rate
+    assert math_precision("nvfp4", "nvfp4", h100) == "fp8"  # no fp4 tensor cores on Hopper
+
+
+def test_tile_wave_counts():
+    # 300 x 300 output in 128 x 128 tiles: 3 x 3 = 9 tiles, one wave on 148 SMs
+    tiles, waves, t_eff, w_eff = tile_wave(300, 300, 128, 128, 148)
+    assert (tiles, waves) == (9, 1)
+    assert t_eff == pytest.approx(300 * 300 / (9 * 128 * 128))
+    assert w_eff == pytest.approx(9 / 148)
+    assert tile_wave(128, 128 * 148, 128, 128, 148)[1] == 1
+    assert tile_wave(128, 128 * 148 + 1, 128, 128, 148)[1] == 2
+    assert tile_wave(256, 256 * 74, 256, 256, 148, sms_per_tile=2)[1] == 1  # 2-SM tiles: 74 per wave
+
+
+@pytest.mark.parametrize("name", ["b200", "b300", "h100"])
+def test_wave_step_exactly_at_one_tile_past_a_full_wave(name):
+    g = get_gpu(name).replace(gemm_tiles=((128, 128, 1),))
+    k = 16384  # long K: compute-bound
+    full = 128 * g.sms
+    t = [gemm(g, 128, n, k, weights="bf16", activations="bf16", split_k=False) for n in (full - 128, full, full + 1)]
+    assert t[0].compute_s == pytest.approx(t[1].compute_s)  # still one wave
+    assert t[2].compute_s == pytest.approx(2 * t[1].compute_s)  # one tile over: a second wave
+    assert t[2].wave_efficiency == pytest.approx((g.sms + 1) / (2 * g.sms))
+    one_wave = 2 * 128 * 128 * k / (g.peak_flops_per_s["bf16"] * g.gemm_efficiency / g.sms)
+    assert t[1].compute_s == pytest.approx(one_wave)
+
+
+def test_tile_padding_on_m():
+    g = get_gpu("b200").replace(gemm_tiles=((128, 128, 1),))
+    a = gemm(g, 128, 128 * 100, 8192, weights="bf16", activations="bf16", split_k=False)
+    b = gemm(g, 129, 128 * 100, 8192, weights="bf16", activations="bf16", split_k=False)
+    assert b.compute_s == pytest.approx(2 * a.compute_s)  # 129 rows pay two row tiles: 200 tiles, 2 waves
+    assert b.tile_efficiency == pytest.approx(129 / 256)
+
+
+def test_gemm_bytes_by_precision():
+    g = get_gpu("b200")
+    m, n, k = 64, 4096, 4096
+    c = gemm(g, m, n, k, weights="nvfp4", activations="fp8", split_k=False)
+    assert c.flops == 2 * m * n * k
+    assert c.bytes == pytest.approx(n * k * 0.5625 + m * k * 1.0 + m * n * 2.0)
+    # 32 tiles of 64x128 leave most of 148 SMs idle; split-K fills them and turns the GEMM memory-bound
+    s = gemm(g, m, n, k, weights="nvfp4", activations="fp8")
+    assert s.tile[2] > 1 and s.bound == "memory" and s.time_s < c.time_s
+
+
+def test_expected_experts_touched():
+    assert expected_experts_touched(128, 8, 1) == pytest.approx(8)
+    assert expected_experts_touched(4, 1, 2) == pytest.approx(4 * (1 - 0.75**2))
+    assert expected_experts_touched(128, 8, 2048) == pytest.approx(128, rel=1e-6)
+
+
+def test_attended_pairs():
+    assert attended_pairs(4, None) == 10  # 1+2+3+4
+    assert attended_pairs(5, 2) == 1 + 2 + 2 + 2 + 2
+
+
+def test_one_layer_prefill_table_on_paper():
+    # one dense layer, MHA, hidden 1024, 8 heads of 128, ffn 4096 (SwiGLU), vocab 1024, bf16 everywhere
+    arch = Architecture(hidden=1024, layers=1, heads=8, ffn=4096, vocab=1024, name="paper")
+    dep = Deployment(weights="bf16", activations="bf16", kv_cache="bf16", runtime=IDEAL)
+    L = 512  # one prompt of 512 tokens
+    ops = {o.name: o for o in step_ops(arch, get_gpu("b200"), dep, decode=0, context=0, prefill_tokens=L,
+                                       prefill_len=L, phase="prefill")}
+    assert ops["qkv_proj"].shape == (512, 3 * 1024, 1024)
+    assert ops["qkv_proj"].flops == 2 * 512 * 3072 * 1024
+    assert ops["qkv_proj"].bytes == 2 * (3072 * 1024 + 512 * 1024 + 512 * 3072)
+    assert ops["o_proj"].flops == 2 * 512 * 1024 * 1024
+    assert ops["gate_up_proj"].flops == 2 * 512 * (2 * 4096) * 1024
+    assert ops["down_proj"].flops == 2 * 512 * 1024 * 4096
+    # causal attention: QK^T and PV, 2 FLOPs per MAC, 8 heads x 128 dims, L(L+1)/2 pairs
+    assert ops["attention_prefill"].flops == pytest.approx(2 * 8 * (128 + 128) * L * (L + 1) / 2)
+    # lm_head on the one sequence that finishes its prompt
+    assert ops["lm_head"].flops == 2 * 1 * 1024 * 1024
+    assert "attention_decode" not in ops and "attn_all_reduce" not in ops
+    total_gemm_flops = sum(o.flops for o in ops.values() if o.kind == "gemm")
+    assert total_gemm_flops == 2 * 512 * (3072 * 1024 + 1024 * 1024 + 3 * 4096 * 1024) + 2 * 1024 * 1024
+
+
+def test_decode_kv_read_bytes_on_paper():
+    arch = Architecture(hidden=1024, layers=2, heads=8, kv_heads=2, ffn=4096, vocab=1024)
+    dep = Deployment(weights="fp8", activations="fp8", kv_cache="fp8", runtime=IDEAL)
+    ops = {o.name: o for o in step_ops(arch, get_gpu("h100"), dep, decode=4, context=1000, prefill_tokens=0,
+                                       prefill_len=1)}
+    att = ops["attention_decode"]
+    kv = 4 * 1000 * (2 * 2 * 128) * 1.0  # sequences x cached tokens x (K+V of 2 heads x 128) x 1 B
+    q_o = 4 * 8 * 256 * 2.0
+    assert att.bytes == pytest.approx(2 * (kv + q_o))  # two layers
+    assert att.bound == "memory"

@@ -1,0 +1,220 @@
+"""predict / max_throughput / pareto / shape_advice: trends, memory, parallelism and bad input."""
+
+import pytest
+
+from co_design.arch import MLA, Architecture
+from co_design.hardware import get_gpu, list_gpus
+from co_design.perf import SLO, Deployment, Prediction, Runtime, max_throughput, pareto, predict, shape_advice
+from co_design.perf.memory import kv_bytes_per_request, weights_bytes_per_gpu
+
+SMALL = Architecture(hidden=2048, layers=4, heads=16, kv_heads=4, ffn=8192, vocab=32000, name="small")
+MOE = Architecture(hidden=2048, layers=4, heads=16, kv_heads=4, ffn=768, vocab=32000, experts=64,
+                   experts_per_token=4, expert_ffn=768, name="moe")
+BIG = Architecture(hidden=16384, layers=126, heads=128, kv_heads=8, ffn=53248, vocab=128256, name="405b")
+
+
+@pytest.mark.parametrize("gpu", list_gpus()[:6])
+def test_decode_at_batch_1_is_memory_bound_everywhere(gpu):
+    p = predict(SMALL, gpu, Deployment(weights="bf16", activations="bf16", isl=128, osl=1024, concurrency=1))
+    assert p.fits and p.bound == "memory"
+    decode = [o for o in p.ops if o.phase == "decode" and o.kind == "gemm"]
+    assert decode and all(o.bound == "memory" for o in decode)
+
+
+def test_prediction_fields_and_units():
+    p = predict(SMALL, "b200", Deployment(isl=1000, osl=1000, concurrency=16))
+    assert isinstance(p, Prediction) and p.batch == 16 and p.gpu == "b200"
+    assert p.output_tokens_per_s_per_user == pytest.approx(1 / p.tpot_s)
+    assert p.output_tokens_per_s_per_gpu == pytest.approx(16 / p.tpot_s)
+    assert p.ttft_s > 0 and p.memory_per_gpu_bytes == p.memory.total_bytes
+    d = p.to_dict()
+    for key in ("output_tokens_per_s_per_gpu", "output_tokens_per_s_per_user", "ttft_ms", "tpot_ms", "batch",
+                "memory_per_gpu_gb", "fits", "bound", "ops"):
+        assert key in d
+    assert d["tpot_ms"] == pytest.approx(p.tpot_s * 1e3)
+
+
+def test_throughput_grows_with_batch_and_interactivity_falls():
+    d = Deployment(isl=512, osl=512)
+    p1, p64 = (predict(SMALL, "h200", d.replace(concurrency=c)) for c in (1, 64))
+    assert p64.output_tokens_per_s_per_gpu > 10 * p1.output_tokens_per_s_per_gpu
+    assert p64.output_tokens_per_s_per_user < p1.output_tokens_per_s_per_user
+
+
+def test_blackwell_fp4_beats_hopper_fp8():
+    b = max_throughput(BIG, "b200", Deployment(tp=8, isl=1000, osl=1000))
+    h = max_throughput(BIG, "h200", Deployment(tp=8, weights="fp8", activations="fp8", isl=1000, osl=1000))
+    assert b.output_tokens_per_s_per_gpu > h.output_tokens_per_s_per_gpu
+
+
+def test_unfit_model_reported_not_raised():
+    p = predict(BIG, "h100", Deployment(weights="bf16", activations="bf16", concurrency=1))
+    assert p.fits is False
+    m = p.memory
+    assert m.weights_bytes > m.capacity_bytes  # 810 GB of bf16 weights on one 80 GB GPU
+    assert m.total_bytes == pytest.approx(m.weights_bytes + m.kv_cache_bytes + m.activation_bytes + m.reserve_bytes)
+    assert any("does not fit" in n for n in p.notes)
+    assert max_throughput(BIG, "h100", Deployment(weights="bf16", activations="bf16")).fits is False
+
+
+def test_weights_memory_on_paper():
+    # bf16, tp=1: every parameter at 2 bytes
+    d = Deployment(weights="bf16", activations="bf16")
+    assert weights_bytes_per_gpu(SMALL, d) == pytest.approx(2 * SMALL.param_counts().total)
+    d4 = Deployment(tp=4, gpus=4, weights="nvfp4")
+    assert weights_bytes_per_gpu(SMALL, d4) < weights_bytes_per_gpu(SMALL, d) / 4
+
+
+def test_kv_cache_and_max_batch():
+    d = Deployment(kv_cache="fp8", isl=1000, osl=1000)
+    # 4 layers x 2 (K,V) x 4 heads x 128 x 1 byte x 2000 tokens
+    assert kv_bytes_per_request(SMALL, d, 2000) == 4 * 2 * 4 * 128 * 2000
+    p = max_throughput(SMALL, "b200", d)
+    assert p.fits and p.batch <= d.runtime.max_batch
+    assert p.memory.kv_cache_bytes <= p.memory.kv_cache_capacity_bytes
+    tight = max_throughput(SMALL, "b200", d.replace(runtime=Runtime(max_batch=8)))
+    assert tight.batch == 8
+
+
+def test_max_throughput_respects_slo():
+    d = Deployment(isl=1000, osl=1000)
+    free = max_throughput(SMALL, "b200", d)
+    slo = SLO(min_tokens_per_s_per_user=2 * free.output_tokens_per_s_per_user)
+    bound = max_throughput(SMALL, "b200", d, slo=slo)
+    assert bound.output_tokens_per_s_per_user >= slo.min_tokens_per_s_per_user
+    assert bound.output_tokens_per_s_per_gpu <= free.output_tokens_per_s_per_gpu
+
+
+def test_pareto_front_is_non_dominated_and_covers_parallelism():
+    front = pareto(MOE, "b200", Deployment(gpus=8, isl=1000, osl=1000))
+    assert len(front) >= 3
+    users = [p.output_tokens_per_s_per_user for p in front]
+    gpus = [p.output_tokens_per_s_per_gpu for p in front]
+    assert users == sorted(users) and gpus == sorted(gpus, reverse=True)
+    assert all(p.fits and p.deployment.gpus == 8 for p in front)
+    slo = SLO(min_tokens_per_s_per_user=200)
+    assert all(p.output_tokens_per_s_per_user >= 200 for p in pareto(MOE, "b200", Deployment(gpus=8), slo=slo))
+
+
+def test_tp_shard_misalignment_is_visible():
+    # ffn 8192 + 4*96: ffn/tp = 2144 per GPU at tp=4, not a multiple of 128
+    odd = SMALL.replace(ffn=8192 + 384)
+    d = Deployment(tp=4, isl=1024, osl=1024, concurrency=256)
+    p = predict(odd, "b200", d)
+    down = next(o for o in p.ops if o.name == "down_proj" and o.phase == "decode")
+    up = next(o for o in p.ops if o.name == "gate_up_proj" and o.phase == "decode")
+    assert down.shape[2] == 2144 and up.shape[1] == 2 * 2144
+    assert up.tile_efficiency < 1.0
+    advice = shape_advice(odd, "b200", d)
+    ffn = [a for a in advice if a.dimension == "ffn"]
+    assert ffn and ffn[0].per_gpu_value == 2144 and ffn[0].aligned_value % (128 * 4) == 0
+    assert "ffn" in ffn[0].message
+    # the aligned size at the same per-GPU work is not slower per FLOP: shrink-to-align gains
+    assert isinstance(ffn[0].gain, float)
+    assert not [a for a in shape_advice(SMALL, "b200", d) if a.dimension == "ffn"]  # 8192/4 = 2048 aligned
+
+
+def test_moe_decode_reads_touched_experts_only():
+    d = Deployment(weights="bf16", activations="bf16", isl=16, osl=1024)  # prompt share ~0.016 token/step
+    one = predict(MOE, "b200", d.replace(concurrency=1))
+    many = predict(MOE, "b200", d.replace(concurrency=512))
+    g1 = next(o for o in one.ops if o.name == "experts_gate_up" and o.phase == "decode")
+    gm = next(o for o in many.ops if o.name == "experts_gate_up" and o.phase == "decode")
+    assert g1.groups == 4  # one token touches top-k experts
+    assert gm.groups == 64  # a big batch touches them all
+    assert gm.bytes > 10 * g1.bytes
+
+
+def test_attention_dp_and_ep_change_communication():
+    base = Deployment(tp=4, gpus=4, isl=1000, osl=1000, concurrency=256)
+    tp = {o.name for o in predict(MOE, "b200", base).ops}
+    dep = {o.name for o in predict(MOE, "b200", base.replace(ep=4, attention_dp=True)).ops}
+    assert "attn_all_reduce" in tp and "attn_all_reduce" not in dep
+    assert "moe_dispatch_all_to_all" in dep
+
+
+def test_helix_splits_kv_per_gpu():
+    arch = Architecture(hidden=4096, layers=4, heads=32, kv_heads=4, ffn=14336, vocab=32000)
+    plain = Deployment(tp=8, isl=100_000, osl=1000)
+    helix = plain.replace(helix=2)
+    assert kv_bytes_per_request(arch, helix, 101_000) == pytest.approx(kv_bytes_per_request(arch, plain, 101_000) / 2)
+    names = {o.name for o in predict(arch, "gb200", helix.replace(concurrency=8)).ops}
+    assert "helix_all_to_all" in names
+
+
+def test_mla_and_sliding_window():
+    mla = Architecture(hidden=2048, layers=2, heads=16, ffn=4096, vocab=32000,
+                       mla=MLA(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128))
+    d = Deployment(isl=4096, osl=512)
+    assert kv_bytes_per_request(mla, d, 1000) == 2 * (512 + 64) * 1000
+    p = predict(mla, "b200", d.replace(concurrency=8))
+    assert any(o.name == "mla_q_absorb" for o in p.ops)
+    win = SMALL.replace(sliding_window=1024)
+    assert kv_bytes_per_request(win, d, 8192) == kv_bytes_per_request(SMALL, d, 1024)
+
+
+@pytest.mark.parametrize("kw, word", [
+    (dict(tp=3, gpus=3), "tp=3"),
+    (dict(tp=8, gpus=8, ep=3), "ep=3"),
+    (dict(tp=4, gpus=4, helix=3), "helix=3"),
+    (dict(tp=4, gpus=6), "gpus=6"),
+    (dict(tp=0), "tp"),
+    (dict(weights="int4"), "int4"),
+])
+def test_nonsense_deployments_raise_naming_the_value(kw, word):
+    with pytest.raises(ValueError, match=word):
+        predict(SMALL, "b200", Deployment(concurrency=1, **kw))
+
+
+def test_nonsense_against_the_architecture():
+    with pytest.raises(ValueError, match="ep=2"):
+        predict(SMALL, "b200", Deployment(tp=2, ep=2, concurrency=1))  # dense model
+    with pytest.raises(ValueError, match="ep=8"):
+        predict(MOE.replace(experts=60), "b200", Deployment(tp=8, ep=8, concurrency=1))
+    with pytest.raises(ValueError, match="concurrency"):
+        predict(SMALL, "b200", Deployment())
+    with pytest.raises(ValueError, match="unknown GPU"):
+        predict(SMALL, "b2OO", Deployment(concurrency=1))
+    with pytest.raises(ValueError):
+        Architecture(hidden=2048, layers=2, heads=16, ffn=4096, vocab=10, experts=4, experts_per_token=5)
+
+
+def test_gpu_object_accepted_and_overrides_matter():
+    g = get_gpu("b200")
+    fast = g.replace(hbm_bytes_per_s=2 * g.hbm_bytes_per_s)
+    d = Deployment(isl=128, osl=1024, concurrency=1)
+    assert predict(SMALL, fast, d).tpot_s < predict(SMALL, g, d).tpot_s
+
+
+def test_pipeline_parallel_splits_layers_and_weights():
+    d1 = Deployment(weights="bf16", activations="bf16", isl=512, osl=512, concurrency=32)
+    d2 = d1.replace(pp=2)
+    assert d2.gpus == 2
+    assert weights_bytes_per_gpu(BIG, d2) < 0.6 * weights_bytes_per_gpu(BIG, d1)
+    p = predict(SMALL, "h100", d2)
+    assert any(o.name == "pp_send_recv" for o in p.ops)
+
+
+def test_runtime_validation_and_ideal_runtime_is_faster():
+    with pytest.raises(ValueError, match="kernel_efficiency"):
+        Runtime(kernel_efficiency=1.5)
+    with pytest.raises(ValueError, match="moe_load_imbalance"):
+        Runtime(moe_load_imbalance=0.5)
+    d = Deployment(isl=512, osl=512, concurrency=64)
+    ideal = d.replace(runtime=Runtime(kernel_efficiency=1.0, grouped_gemm_efficiency=1.0, request_overhead_s=0.0,
+                                      iteration_overhead_s=0.0))
+    assert predict(SMALL, "b200", ideal).tpot_s < predict(SMALL, "b200", d).tpot_s
+
+
+def test_moe_load_imbalance_slows_expert_gemms():
+    d = Deployment(tp=4, ep=4, attention_dp=True, isl=512, osl=512, concurrency=1024)
+    skew = d.replace(runtime=Runtime(moe_load_imbalance=1.5))
+    assert predict(MOE, "b200", skew).tpot_s > predict(MOE, "b200", d).tpot_s
+
+
+def test_report_text():
+    from co_design.perf.report import format_report
+
+    p = predict(SMALL, "b200", Deployment(concurrency=4))
+    text = format_report(SMALL, p, shape_advice(SMALL.replace(ffn=8000), "b200", Deployment(concurrency=4)))
+    assert "attention_decode" in text and "Memory per GPU" in text and "ffn=8000" in text
