@@ -1,0 +1,34 @@
+"""``python -m search``: the Hydra-configured multi-objective architecture search.
+
+Examples::
+
+    python -m search                                    # default CPU-sized study
+    python -m search hardware=gb200 space=moe n_trials=50 sampler=nsga2
+    python -m search +experiment=dense_1b_b200_fp8_vs_nvfp4
+    python -m search --cfg job                          # print the composed config
+"""
+
+from __future__ import annotations
+
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from search.app import main_entry
+from search.config import register_configs
+from search.paths import register_resolvers
+
+register_configs()
+register_resolvers()
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    code = main_entry(cfg)
+    if code:
+        sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

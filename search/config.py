@@ -1,0 +1,630 @@
+"""Typed configuration of the search job: Hydra structured-config schemas and validation.
+
+The dataclasses below are the schema (registered in Hydra's ConfigStore as
+``search_schema``); the YAML files in ``conf/`` only select and fill them, so a
+misspelled key or a wrong type fails at compose time. :func:`validate` then checks
+what types cannot (known names, ranges, alignment, consistency between groups)
+*before any trial runs*, and raises one :class:`ConfigError` that lists every
+problem with the key to change and how.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+__all__ = [
+    "BudgetConfig",
+    "ConfigError",
+    "DataConfig",
+    "DeploymentConfig",
+    "HardwareConfig",
+    "ObjectivesConfig",
+    "ParamBudgetConfig",
+    "ProxyConfig",
+    "ReductionConfig",
+    "SLOConfig",
+    "SamplerConfig",
+    "SearchConfig",
+    "SpaceConfig",
+    "TrackingConfig",
+    "OBJECTIVES",
+    "SAMPLERS",
+    "PRECISIONS",
+    "register_configs",
+    "to_search_config",
+    "validate",
+]
+
+#: objective name -> (direction, human label with unit). The loss is the proxy's
+#: validation cross-entropy (nats/token); the others come from the performance model
+#: at the candidate's operating point (see search/objective.py).
+OBJECTIVES: dict[str, tuple[str, str]] = {
+    "loss": ("minimize", "proxy val loss (nats/token)"),
+    "tokens_per_s_per_gpu": ("maximize", "output tok/s/GPU"),
+    "tokens_per_s_per_user": ("maximize", "output tok/s/user"),
+    "ttft_ms": ("minimize", "TTFT (ms)"),
+    "tpot_ms": ("minimize", "TPOT (ms)"),
+}
+SAMPLERS = ("tpe", "nsga2", "nsga3", "gp", "random")
+PRECISIONS = ("bf16", "fp8", "nvfp4")
+DATA_SOURCES = ("stdlib", "tokens", "datamodule")
+TRACKING_BACKENDS = ("wandb", "off")
+WANDB_MODES = ("auto", "offline", "online", "disabled")
+
+
+class ConfigError(ValueError):
+    """The search configuration is invalid; the message lists each key and its fix."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"invalid search configuration ({len(self.problems)} problem(s)):\n{lines}")
+
+
+# ----------------------------------------------------------------------------- schemas
+@dataclass
+class HardwareConfig:
+    """The GPU, by catalog name, optionally with catalog numbers overridden.
+
+    ``overrides`` replaces fields of :class:`co_design.hardware.GPU` (SI units, e.g.
+    ``hbm_bytes_per_s: 7.7e12``); ``file`` loads a user's GPU YAML instead of the catalog.
+    """
+
+    gpu: str = "b200"
+    file: Optional[str] = None
+    overrides: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SLOConfig:
+    """Service-level objective; unset fields are unconstrained."""
+
+    min_tokens_per_s_per_user: Optional[float] = None
+    max_ttft_s: Optional[float] = None
+    max_tpot_s: Optional[float] = None
+
+    @property
+    def is_set(self) -> bool:
+        return any(getattr(self, f.name) is not None for f in dataclasses.fields(self))
+
+
+@dataclass
+class DeploymentConfig:
+    """How a candidate is served. Parallelism fields are lists of *choices*.
+
+    Every combination of the choices that is valid for a candidate is scored and the
+    best one (highest output tok/s/GPU, meeting the SLO) is that candidate's operating
+    point: the deployment is tuned per shape, the proxy run is not repeated per choice.
+    ``concurrency`` fixes the requests in flight; None means the highest-throughput
+    concurrency that fits (and meets ``slo``).
+    """
+
+    gpus: Optional[int] = None  # None: tp * pp (one replica); more: gpus / (tp * pp) replicas
+    tp: List[int] = field(default_factory=lambda: [1])
+    ep: List[int] = field(default_factory=lambda: [1])
+    pp: List[int] = field(default_factory=lambda: [1])
+    attention_dp: List[bool] = field(default_factory=lambda: [False])
+    helix: List[int] = field(default_factory=lambda: [1])
+    weights: str = "nvfp4"
+    activations: str = "nvfp4"
+    kv_cache: str = "fp8"
+    isl: int = 1024  # input tokens per request
+    osl: int = 1024  # output tokens per request
+    concurrency: Optional[int] = None
+    slo: SLOConfig = field(default_factory=SLOConfig)
+
+
+@dataclass
+class ParamBudgetConfig:
+    """Parameter-count budgets, enforced with ``trial.set_constraint`` (numbers of parameters)."""
+
+    max_total: Optional[float] = None
+    min_total: Optional[float] = None
+    max_active: Optional[float] = None
+    min_active: Optional[float] = None
+
+
+@dataclass
+class SpaceConfig:
+    """The shapes to search. Sizes are elements; ranges are inclusive ``[low, high]``.
+
+    ``hidden`` steps in multiples of ``alignment``; FFN widths are ``multiplier *
+    hidden`` rounded to a multiple of ``alignment`` times the largest TP (so every
+    per-GPU shard is aligned); heads = hidden / head_dim. ``kv_heads`` lists the
+    KV-head counts to try; a count that does not divide the heads is lowered to the
+    largest divisor below it. MoE fields apply when ``experts`` is non-empty.
+    ``precisions`` non-empty searches the serving/QAT precision (weights and
+    activations) over those values; empty keeps the deployment's.
+    """
+
+    name: str = "dense_tiny"
+    alignment: int = 128
+    vocab: int = 32000  # the full model's vocabulary (scored by the performance model)
+    hidden: List[int] = field(default_factory=lambda: [128, 512])
+    layers: List[int] = field(default_factory=lambda: [2, 8])
+    head_dim: List[int] = field(default_factory=lambda: [64])
+    heads_multiple: int = 1  # heads a multiple of this (e.g. 8: whole heads per rank up to TP8)
+    kv_heads: List[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    ffn_multiplier: List[float] = field(default_factory=lambda: [2.0, 4.0])
+    ffn_multiplier_step: float = 0.5
+    gated_ffn: bool = True
+    tied_embeddings: bool = False
+    # Mixture of experts (empty `experts`: dense)
+    experts: List[int] = field(default_factory=list)
+    experts_per_token: List[int] = field(default_factory=lambda: [1, 2])
+    shared_experts: List[int] = field(default_factory=lambda: [0])
+    expert_ffn_multiplier: List[float] = field(default_factory=lambda: [0.5, 2.0])
+    expert_ffn_multiplier_step: float = 0.25
+    dense_layers: List[int] = field(default_factory=lambda: [0, 0])
+    precisions: List[str] = field(default_factory=list)
+    params: ParamBudgetConfig = field(default_factory=ParamBudgetConfig)
+
+
+@dataclass
+class ReductionConfig:
+    """How the proxy shrinks a candidate before training it (factors in (0, 1]).
+
+    ``width`` scales the number of heads (head_dim kept) and so hidden and FFN widths;
+    ``depth`` scales layers; ``experts`` scales the expert count (top-k kept).
+    ``vocab`` null trains on the data's own vocabulary; an integer folds token ids
+    modulo it (the hashing trick) to shrink embedding and output head.
+    """
+
+    width: float = 1.0
+    depth: float = 1.0
+    experts: float = 1.0
+    vocab: Optional[int] = None
+    min_hidden: int = 32
+
+
+@dataclass
+class DataConfig:
+    """The proxy's data.
+
+    ``source``: ``stdlib`` (bytes of the Python standard library's sources, vocab 256,
+    built once and cached in ``cache_dir``), ``tokens`` (a pre-tokenized file read as
+    ``np.memmap`` of ``dtype``; ``val_path`` or the last ``val_fraction`` for
+    validation) or ``datamodule`` (any ``LightningDataModule`` built from the
+    ``datamodule`` mapping with ``_target_``; it must expose ``vocab_size`` or set
+    ``vocab_size`` here, and yield LongTensor batches (B, T+1) or (inputs, targets)).
+    """
+
+    source: str = "stdlib"
+    path: Optional[str] = None
+    val_path: Optional[str] = None
+    dtype: str = "uint16"
+    vocab_size: Optional[int] = None
+    val_fraction: float = 0.05
+    datamodule: Optional[Any] = None
+    cache_dir: Optional[str] = None  # default: <run dir>/data
+    seq_len: int = 128  # tokens per sequence
+    batch_size: int = 8  # sequences per step
+    val_batches: int = 8  # fixed validation batches, identical for every trial
+    num_workers: int = 0
+
+
+@dataclass
+class BudgetConfig:
+    """Training budget of one proxy run: exactly one of ``tokens`` or ``steps``."""
+
+    tokens: Optional[int] = None
+    steps: Optional[int] = None
+    val_every_steps: Optional[int] = None  # default: 4 validations per run
+
+
+@dataclass
+class ProxyConfig:
+    """One proxy training run (Lightning ``Trainer`` + ``CoDesignCallback``)."""
+
+    reduction: ReductionConfig = field(default_factory=ReductionConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    budget: BudgetConfig = field(default_factory=lambda: BudgetConfig(steps=200))
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 20
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    aux_loss_coef: float = 0.01  # MoE load-balancing loss weight
+    # QAT format of the proxy: nvfp4 | fp8 | bf16; null: the serving precision (the searched
+    # precision, else deployment.weights; NVFP4 by default), so the loss includes its penalty
+    quant: Optional[str] = None
+    early_stopping: bool = True  # the callback's median stopping rule across trials
+    accelerator: str = "auto"  # auto | cpu | gpu
+    precision: str = "auto"  # auto: bf16-mixed where the GPU supports it, else 32-true
+    threads: Optional[int] = None  # torch CPU threads; None: the idle cores (search/train.py cpu_threads)
+    max_seq_len: Optional[int] = None  # model's RoPE table; default data.seq_len
+    reuse_losses: bool = True  # identical proxy (shape, precision, data, budget): reuse the earlier loss
+
+
+@dataclass
+class ObjectivesConfig:
+    """2 or 3 objectives, names from :data:`OBJECTIVES`."""
+
+    names: List[str] = field(
+        default_factory=lambda: ["loss", "tokens_per_s_per_gpu", "tokens_per_s_per_user"]
+    )
+
+
+@dataclass
+class SamplerConfig:
+    """The Optuna sampler. ``n_startup_trials``/``population_size`` None keep Optuna's defaults."""
+
+    name: str = "tpe"
+    seed: Optional[int] = None  # default: the top-level seed
+    n_startup_trials: Optional[int] = None  # tpe, gp
+    population_size: Optional[int] = None  # nsga2, nsga3
+
+
+@dataclass
+class TrackingConfig:
+    """Experiment tracking. ``mode: auto`` is online with an API key, offline without."""
+
+    backend: str = "wandb"
+    project: str = "co-design"
+    entity: Optional[str] = None
+    mode: str = "auto"
+    tags: List[str] = field(default_factory=list)
+
+
+@dataclass
+class SearchConfig:
+    """The whole search job (``python -m search``)."""
+
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    deployment: DeploymentConfig = field(default_factory=DeploymentConfig)
+    space: SpaceConfig = field(default_factory=SpaceConfig)
+    proxy: ProxyConfig = field(default_factory=ProxyConfig)
+    objectives: ObjectivesConfig = field(default_factory=ObjectivesConfig)
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    n_trials: int = 14  # finished trials the study should hold in total (resume runs the rest)
+    study_name: str = "co-design"
+    storage: Optional[str] = None  # Optuna storage URL; None: journal file in the run dir
+    seed: int = 0
+    quiet: bool = False
+    output_dir: Optional[str] = None  # default: Hydra's run dir
+    plots: bool = True
+    recipe: Optional[str] = None  # name of the selected recipe (set by recipes/experiment/*.yaml), informative
+
+
+def register_configs() -> None:
+    """Register the schema in Hydra's ConfigStore (``defaults: [search_schema, ...]``)."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="search_schema", node=SearchConfig)
+
+
+def to_search_config(cfg: Any) -> SearchConfig:
+    """A composed DictConfig (or plain mapping) -> :class:`SearchConfig` instance."""
+    from omegaconf import OmegaConf
+
+    if isinstance(cfg, SearchConfig):
+        return cfg
+    if not OmegaConf.is_config(cfg):
+        cfg = OmegaConf.create(cfg)
+    unknown = _unknown_keys(OmegaConf.to_container(cfg, resolve=False), SearchConfig, "")
+    if unknown:
+        raise ConfigError([f"unknown key {k!r}; check the spelling (the schema is search/config.py)" for k in unknown])
+    merged = OmegaConf.merge(OmegaConf.structured(SearchConfig), cfg)
+    missing = sorted(k for k in OmegaConf.missing_keys(merged) if not k.startswith("hydra"))
+    if missing:
+        raise ConfigError([f"{k} is required (???) for this choice; set it on the command line, e.g. {k}=..." for k in missing])
+    # `datamodule` is an arbitrary mapping: keep it as a plain container for hydra.utils.instantiate.
+    obj = OmegaConf.to_object(merged)
+    assert isinstance(obj, SearchConfig)
+    return obj
+
+
+def _unknown_keys(data: Any, schema: type, prefix: str) -> list[str]:
+    """Keys of ``data`` that the dataclass ``schema`` (recursively) does not have."""
+    if not isinstance(data, dict):
+        return []
+    import typing
+
+    hints = typing.get_type_hints(schema)
+    out = []
+    for key, value in data.items():
+        if key == "hydra" and not prefix:
+            continue
+        if key not in hints:
+            out.append(prefix + str(key))
+            continue
+        sub = hints[key]
+        if dataclasses.is_dataclass(sub):
+            out.extend(_unknown_keys(value, sub, f"{prefix}{key}."))
+    return out
+
+
+# ----------------------------------------------------------------------------- validation
+def _range(problems: list[str], key: str, value: list, *, positive: bool = True, integer: bool = True) -> None:
+    if len(value) != 2:
+        problems.append(f"{key}={list(value)}: give an inclusive range [low, high] (two values)")
+        return
+    lo, hi = value
+    if lo > hi:
+        problems.append(f"{key}={list(value)}: low > high; swap them")
+    if positive and lo <= 0:
+        problems.append(f"{key}={list(value)}: values must be > 0")
+    if not positive and lo < 0:
+        problems.append(f"{key}={list(value)}: values must be >= 0")
+    if integer and any(isinstance(v, float) and not float(v).is_integer() for v in value):
+        problems.append(f"{key}={list(value)}: values must be integers")
+
+
+def _known(problems: list[str], key: str, value: str, known: tuple[str, ...] | list[str]) -> None:
+    if value not in known:
+        problems.append(f"unknown {key} {value!r}; known: {', '.join(known)}")
+
+
+def _validate_hardware(cfg: SearchConfig, problems: list[str]) -> None:
+    hw = cfg.hardware
+    if hw.gpu == "custom" and hw.file is None:
+        problems.append("hardware.file is required for hardware=custom: give the path of your GPU YAML file")
+        return
+    if hw.file is not None:
+        if not os.path.isfile(hw.file):
+            problems.append(f"hardware.file={hw.file!r} does not exist; give a GPU YAML path or null")
+        return
+    try:
+        from co_design.hardware import get_gpu, list_gpus
+    except ImportError:  # the catalog is not installed: nothing more to check here
+        return
+    try:
+        gpu = get_gpu(hw.gpu)
+    except ValueError:
+        problems.append(f"unknown hardware.gpu {hw.gpu!r}; known: {', '.join(list_gpus())} (or set hardware.file)")
+        return
+    if dataclasses.is_dataclass(gpu):
+        fields = {f.name for f in dataclasses.fields(gpu)}
+        bad = sorted(set(hw.overrides) - fields)
+        if bad:
+            problems.append(
+                f"hardware.overrides has unknown GPU field(s) {bad}; known: {', '.join(sorted(fields))}"
+            )
+
+
+def _validate_deployment(cfg: SearchConfig, problems: list[str]) -> None:
+    d = cfg.deployment
+    if d.gpus is not None and d.gpus < 1:
+        problems.append(f"deployment.gpus={d.gpus}: must be >= 1 or null (tp * pp)")
+    for key in ("tp", "ep", "pp", "helix"):
+        choices = getattr(d, key)
+        if not choices:
+            problems.append(f"deployment.{key} is empty; give at least one choice, e.g. [1]")
+        elif any(v < 1 for v in choices):
+            problems.append(f"deployment.{key}={list(choices)}: every choice must be >= 1")
+        elif d.gpus is not None and any(v > d.gpus for v in choices):
+            problems.append(
+                f"deployment.{key}={list(choices)}: choices above deployment.gpus={d.gpus}; raise gpus or drop them"
+            )
+    if not d.attention_dp:
+        problems.append("deployment.attention_dp is empty; give [false], [true] or [false, true]")
+    for key in ("weights", "activations", "kv_cache"):
+        _known(problems, f"deployment.{key}", getattr(d, key), PRECISIONS)
+    for key in ("isl", "osl"):
+        if getattr(d, key) < 1:
+            problems.append(f"deployment.{key}={getattr(d, key)}: must be >= 1 token")
+    if d.concurrency is not None and d.concurrency < 1:
+        problems.append(f"deployment.concurrency={d.concurrency}: must be >= 1 or null (max throughput)")
+    if d.concurrency is not None and d.slo.is_set:
+        problems.append(
+            "deployment.concurrency and deployment.slo are both set; "
+            "fix the concurrency or state an SLO (the search then finds the best concurrency), not both"
+        )
+    for f in dataclasses.fields(d.slo):
+        v = getattr(d.slo, f.name)
+        if v is not None and v <= 0:
+            problems.append(f"deployment.slo.{f.name}={v}: must be > 0 or null")
+
+
+def _validate_space(cfg: SearchConfig, problems: list[str]) -> None:
+    s = cfg.space
+    if s.alignment < 1:
+        problems.append(f"space.alignment={s.alignment}: must be >= 1 (typically 128, 256 or 512)")
+        return
+    if s.vocab < 1:
+        problems.append(f"space.vocab={s.vocab}: must be >= 1")
+    _range(problems, "space.hidden", s.hidden)
+    if s.heads_multiple < 1:
+        problems.append(f"space.heads_multiple={s.heads_multiple}: must be >= 1")
+    elif len(s.hidden) == 2 and s.head_dim and all(h > 0 for h in s.head_dim):
+        from search.space import hidden_step
+
+        step = hidden_step(s)
+        for v in s.hidden:
+            if v % step:
+                why = f"space.alignment={s.alignment}" if step == s.alignment else (
+                    f"the hidden step {step} (lcm of space.alignment={s.alignment} and "
+                    f"max(head_dim) x heads_multiple={max(s.head_dim)} x {s.heads_multiple})"
+                )
+                problems.append(
+                    f"space.hidden={list(s.hidden)}: {v} is not a multiple of {why}; "
+                    f"use multiples such as {max(1, v // step) * step}"
+                )
+    _range(problems, "space.layers", s.layers)
+    if not s.head_dim or any(h < 8 for h in s.head_dim):
+        problems.append(f"space.head_dim={list(s.head_dim)}: give choices >= 8, e.g. [64, 128]")
+    elif len(s.hidden) == 2:
+        for h in s.head_dim:
+            if s.alignment % h:
+                problems.append(
+                    f"space.head_dim choice {h} does not divide space.alignment={s.alignment}, so "
+                    "hidden / head_dim would not be a whole number of heads; use head_dims dividing the alignment (e.g. 64, 128)"
+                )
+    if not s.kv_heads or any(k < 1 for k in s.kv_heads):
+        problems.append(f"space.kv_heads={list(s.kv_heads)}: give choices >= 1, e.g. [1, 2, 4, 8]")
+    _range(problems, "space.ffn_multiplier", s.ffn_multiplier, integer=False)
+    if s.ffn_multiplier_step <= 0:
+        problems.append(f"space.ffn_multiplier_step={s.ffn_multiplier_step}: must be > 0")
+    if s.experts:
+        if any(e < 2 for e in s.experts):
+            problems.append(f"space.experts={list(s.experts)}: MoE choices must be >= 2 (empty list: dense)")
+        _range(problems, "space.experts_per_token", s.experts_per_token)
+        if len(s.experts_per_token) == 2 and s.experts and s.experts_per_token[0] > min(s.experts):
+            problems.append(
+                f"space.experts_per_token={list(s.experts_per_token)}: low exceeds the fewest experts "
+                f"{min(s.experts)}; lower it"
+            )
+        _range(problems, "space.shared_experts", s.shared_experts, positive=False)
+        _range(problems, "space.expert_ffn_multiplier", s.expert_ffn_multiplier, integer=False)
+        _range(problems, "space.dense_layers", s.dense_layers, positive=False)
+        if len(s.dense_layers) == 2 and len(s.layers) == 2:
+            if s.dense_layers[1] >= s.layers[0]:
+                problems.append(
+                    f"space.dense_layers={list(s.dense_layers)} can leave no MoE layer with "
+                    f"space.layers low={s.layers[0]}; keep dense_layers high < layers low"
+                )
+        for ep in cfg.deployment.ep:
+            bad = [e for e in s.experts if e % ep]
+            if bad:
+                problems.append(
+                    f"space.experts {bad} not divisible by deployment.ep choice {ep}; "
+                    "use expert counts that are multiples of every EP choice"
+                )
+    elif any(ep > 1 for ep in cfg.deployment.ep):
+        problems.append(
+            f"deployment.ep={list(cfg.deployment.ep)} needs an MoE space; set space=moe (or ep=[1])"
+        )
+    for p in s.precisions:
+        _known(problems, "space.precisions entry", p, PRECISIONS)
+    b = s.params
+    for lo, hi in (("min_total", "max_total"), ("min_active", "max_active")):
+        vlo, vhi = getattr(b, lo), getattr(b, hi)
+        for k, v in ((lo, vlo), (hi, vhi)):
+            if v is not None and v <= 0:
+                problems.append(f"space.params.{k}={v}: must be > 0 parameters or null")
+        if vlo is not None and vhi is not None and vlo > vhi:
+            problems.append(f"space.params.{lo}={vlo} > space.params.{hi}={vhi}; swap them")
+
+
+def _validate_proxy(cfg: SearchConfig, problems: list[str]) -> None:
+    p = cfg.proxy
+    r = p.reduction
+    for k in ("width", "depth", "experts"):
+        v = getattr(r, k)
+        if not 0 < v <= 1:
+            problems.append(f"proxy.reduction.{k}={v}: must be in (0, 1] (1 = no reduction)")
+    if r.vocab is not None and r.vocab < 2:
+        problems.append(f"proxy.reduction.vocab={r.vocab}: must be >= 2 or null (the data's vocabulary)")
+    d = p.data
+    _known(problems, "proxy.data.source", d.source, DATA_SOURCES)
+    if d.source == "tokens":
+        if not d.path:
+            problems.append("proxy.data.path is required for source=tokens (a .bin/.npy file of token ids)")
+        elif not os.path.isfile(d.path):
+            problems.append(f"proxy.data.path={d.path!r} does not exist")
+        if d.val_path and not os.path.isfile(d.val_path):
+            problems.append(f"proxy.data.val_path={d.val_path!r} does not exist")
+        _known(problems, "proxy.data.dtype", d.dtype, ("uint8", "uint16", "uint32", "int32", "int64"))
+    if d.source == "datamodule":
+        dm = d.datamodule
+        if not isinstance(dm, dict) or "_target_" not in dm:
+            problems.append(
+                "proxy.data.datamodule must be a mapping with _target_ (the LightningDataModule class path) "
+                "for source=datamodule"
+            )
+    if not 0 < d.val_fraction < 1:
+        problems.append(f"proxy.data.val_fraction={d.val_fraction}: must be in (0, 1)")
+    for k in ("seq_len", "batch_size", "val_batches"):
+        if getattr(d, k) < 1:
+            problems.append(f"proxy.data.{k}={getattr(d, k)}: must be >= 1")
+    b = p.budget
+    if (b.tokens is None) == (b.steps is None):
+        problems.append(
+            "proxy.budget: set exactly one of tokens or steps "
+            f"(got tokens={b.tokens}, steps={b.steps}); e.g. proxy.budget.steps=200 proxy.budget.tokens=null"
+        )
+    for k in ("tokens", "steps", "val_every_steps"):
+        v = getattr(b, k)
+        if v is not None and v < 1:
+            problems.append(f"proxy.budget.{k}={v}: must be >= 1")
+    if p.lr <= 0:
+        problems.append(f"proxy.lr={p.lr}: must be > 0")
+    if not 0 <= p.min_lr_ratio <= 1:
+        problems.append(f"proxy.min_lr_ratio={p.min_lr_ratio}: must be in [0, 1]")
+    if p.quant is not None:
+        _known(problems, "proxy.quant", p.quant, PRECISIONS)
+    _known(problems, "proxy.accelerator", p.accelerator, ("auto", "cpu", "gpu", "cuda"))
+    _known(
+        problems, "proxy.precision", p.precision, ("auto", "32-true", "bf16-mixed", "16-mixed", "bf16-true")
+    )
+    if p.threads is not None and p.threads < 1:
+        problems.append(f"proxy.threads={p.threads}: must be >= 1 or null")
+
+
+def _validate_objectives(cfg: SearchConfig, problems: list[str]) -> None:
+    names = list(cfg.objectives.names)
+    for n in names:
+        _known(problems, "objective", n, tuple(OBJECTIVES))
+    if len(set(names)) != len(names):
+        problems.append(f"objectives.names={names} repeats a name; list each objective once")
+    if not 2 <= len(names) <= 3:
+        problems.append(
+            f"objectives.names={names}: choose 2 or 3 objectives (a multi-objective study), "
+            f"e.g. [loss, tokens_per_s_per_gpu, tokens_per_s_per_user]"
+        )
+
+
+def _validate_sampler(cfg: SearchConfig, problems: list[str]) -> None:
+    s = cfg.sampler
+    _known(problems, "sampler", s.name, SAMPLERS)
+    if s.n_startup_trials is not None and s.n_startup_trials < 0:
+        problems.append(f"sampler.n_startup_trials={s.n_startup_trials}: must be >= 0 or null")
+    if s.population_size is not None and s.population_size < 2:
+        problems.append(f"sampler.population_size={s.population_size}: must be >= 2 or null")
+    if s.name == "nsga3" and len(cfg.objectives.names) < 2:
+        problems.append("sampler=nsga3 needs at least 2 objectives")
+
+
+def _validate_tracking(cfg: SearchConfig, problems: list[str]) -> None:
+    t = cfg.tracking
+    _known(problems, "tracking.backend", t.backend, TRACKING_BACKENDS)
+    _known(problems, "tracking.mode", t.mode, WANDB_MODES)
+
+
+def _validate_top(cfg: SearchConfig, problems: list[str]) -> None:
+    if cfg.n_trials < 1:
+        problems.append(f"n_trials={cfg.n_trials}: must be >= 1 (the total number of trials the study should hold)")
+    if not cfg.study_name or any(c in cfg.study_name for c in "/\\"):
+        problems.append(f"study_name={cfg.study_name!r}: give a non-empty name without slashes")
+    if cfg.storage is not None:
+        url = cfg.storage
+        ok = "://" in url or url.endswith(".journal") or url.endswith(".log")
+        if not ok:
+            problems.append(
+                f"storage={url!r} is not an Optuna storage URL; use e.g. sqlite:///study.db, "
+                "postgresql+psycopg://user@host/db, journal:///path/study.journal, or null (journal in the run dir)"
+            )
+
+
+def validate(cfg: SearchConfig) -> SearchConfig:
+    """Check the whole configuration; raise :class:`ConfigError` listing every problem."""
+    problems: list[str] = []
+    for check in (
+        _validate_top,
+        _validate_hardware,
+        _validate_deployment,
+        _validate_space,
+        _validate_proxy,
+        _validate_objectives,
+        _validate_sampler,
+        _validate_tracking,
+    ):
+        check(cfg, problems)
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+def steps_of(cfg: ProxyConfig) -> int:
+    """Training steps of one proxy run from its budget (tokens rounded up to whole steps)."""
+    b = cfg.budget
+    if b.steps is not None:
+        return int(b.steps)
+    assert b.tokens is not None
+    per_step = cfg.data.batch_size * cfg.data.seq_len
+    return max(1, math.ceil(b.tokens / per_step))

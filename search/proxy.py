@@ -1,0 +1,164 @@
+"""The proxy run: a reduced candidate trained briefly with Lightning.
+
+:func:`reduce_architecture` shrinks a full-size candidate (pure Python);
+:class:`ProxyLM` wraps :class:`co_design.model.Transformer` as a LightningModule
+(next-token cross-entropy plus the MoE load-balancing loss, AdamW with linear warmup
+and cosine decay); :func:`trainer_settings` picks the device and mixed precision.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+
+from co_design.arch import Architecture
+from search.space import largest_divisor_at_most
+
+__all__ = ["ProxyLM", "reduce_architecture", "trainer_settings"]
+
+
+def _round(x: float) -> int:
+    """Round half up (Python's round() sends 2.5 to 2 but 3.5 to 4)."""
+    return int(math.floor(x + 0.5))
+
+
+def reduce_architecture(arch: Architecture, reduction: Any, vocab: int) -> Architecture:
+    """The proxy of ``arch``: fewer heads/layers/experts, the data's vocabulary.
+
+    Width: ``heads * width`` heads of the same ``head_dim`` (at least enough for
+    ``reduction.min_hidden``), KV heads scaled alike and made to divide the heads,
+    FFN widths scaled by the same hidden ratio (rounded to 16, the NVFP4 block). Depth: ``layers *
+    depth`` layers (dense-first layers scaled alike, leaving one MoE layer). Experts:
+    ``experts * experts`` (at least top-k + 1; top-k and shared experts kept).
+    """
+    head_dim = arch.head_dim
+    min_heads = max(1, math.ceil(reduction.min_hidden / head_dim))
+    heads = min(arch.heads, max(min_heads, _round(arch.heads * reduction.width)))
+    kv = largest_divisor_at_most(heads, max(1, _round(arch.kv_heads * heads / arch.heads)))
+    hidden = heads * head_dim
+    ratio = hidden / arch.hidden
+
+    def width(n: int) -> int:  # multiples of 16: whole NVFP4 blocks, so every Linear is fake-quantized
+        return max(16, _round(n * ratio / 16) * 16)
+
+    layers = max(1, _round(arch.layers * reduction.depth))
+    changes: dict[str, Any] = dict(
+        hidden=hidden,
+        heads=heads,
+        kv_heads=kv,
+        head_dim=head_dim,
+        layers=layers,
+        ffn=width(arch.ffn),
+        vocab=vocab,
+        name=f"{arch.name}-proxy",
+    )
+    if arch.is_moe:
+        experts = max(arch.experts_per_token + 1, _round(arch.experts * reduction.experts))
+        experts = min(experts, arch.experts)
+        dense = min(_round(arch.dense_layers * reduction.depth), layers - 1)
+        changes.update(
+            experts=experts,
+            expert_ffn=width(arch.expert_ffn),
+            shared_expert_ffn=width(arch.shared_expert_ffn),
+            dense_layers=dense,
+        )
+    return arch.replace(**changes)
+
+
+def trainer_settings(accelerator: str, precision: str) -> dict[str, Any]:
+    """Lightning ``accelerator``/``precision`` for this machine.
+
+    ``auto``: a CUDA GPU when present, else CPU; ``bf16-mixed`` on GPUs that support
+    bfloat16 (Ampere and newer), ``16-mixed`` on older GPUs, ``32-true`` on CPU
+    (bfloat16 autocast on CPU is slower than float32 for these small matrices).
+    """
+    cuda = torch.cuda.is_available()
+    if accelerator == "auto":
+        accelerator = "gpu" if cuda else "cpu"
+    if accelerator in ("gpu", "cuda") and not cuda:
+        raise RuntimeError("proxy.accelerator=gpu but no CUDA device is available; use proxy.accelerator=auto or cpu")
+    if precision == "auto":
+        if accelerator in ("gpu", "cuda"):
+            precision = "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
+        else:
+            precision = "32-true"
+    return {"accelerator": accelerator, "precision": precision, "devices": 1}
+
+
+class ProxyLM(L.LightningModule):
+    """Next-token language model around :class:`co_design.model.Transformer`.
+
+    Batches are LongTensor ``(B, T+1)`` windows or ``(inputs, targets)`` pairs of
+    ``(B, T)``. Logs ``train_loss`` and ``val_loss`` (mean cross-entropy, nats/token).
+    """
+
+    def __init__(
+        self,
+        arch: Architecture,
+        *,
+        max_seq_len: int,
+        lr: float,
+        total_steps: int,
+        warmup_steps: int = 0,
+        min_lr_ratio: float = 0.1,
+        weight_decay: float = 0.1,
+        aux_loss_coef: float = 0.01,
+    ) -> None:
+        super().__init__()
+        from co_design.model import Transformer
+
+        self.arch = arch
+        self.model = Transformer(arch, max_seq_len=max_seq_len)
+        self.lr, self.total_steps, self.warmup_steps = lr, max(1, total_steps), warmup_steps
+        self.min_lr_ratio, self.weight_decay, self.aux_loss_coef = min_lr_ratio, weight_decay, aux_loss_coef
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.model(tokens)  # (B, T, V)
+
+    @staticmethod
+    def _split(batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        if isinstance(batch, (tuple, list)):
+            inputs, targets = batch[0], batch[1]
+        else:
+            inputs, targets = batch[:, :-1], batch[:, 1:]  # (B, T), (B, T)
+        return inputs.long(), targets.long()
+
+    def _loss(self, batch: Any) -> torch.Tensor:
+        inputs, targets = self._split(batch)
+        logits = self(inputs)  # (B, T, V)
+        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = self._loss(batch)
+        self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=False)
+        if self.arch.is_moe and self.aux_loss_coef:
+            loss = loss + self.aux_loss_coef * self.model.aux_loss
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = self._loss(batch)
+        self.log("val_loss", loss, prog_bar=True, on_step=False, on_epoch=True)
+        return loss
+
+    def configure_optimizers(self) -> Any:
+        decay = [p for n, p in self.named_parameters() if p.ndim >= 2 and "embed" not in n]
+        no_decay = [p for n, p in self.named_parameters() if p.ndim < 2 or "embed" in n]
+        opt = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": self.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=self.lr,
+            betas=(0.9, 0.95),
+        )
+        warm, total, floor = self.warmup_steps, self.total_steps, self.min_lr_ratio
+
+        def factor(step: int) -> float:
+            if step < warm:
+                return (step + 1) / warm
+            progress = min(1.0, (step - warm) / max(1, total - warm))
+            return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

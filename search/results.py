@@ -1,0 +1,345 @@
+"""Results of a study: one row per trial, the Pareto front, files, plots and the printed table.
+
+Files in the run directory (rewritten after every trial and at the end):
+
+- ``pareto.csv`` / ``pareto.json``: the Pareto-optimal trials (feasible, COMPLETE,
+  non-dominated; ``study.best_trials``), one row each.
+- ``trials.csv``: every finished trial with its state and reason.
+- ``summary.json``: study name, storage, objectives and directions, counts, the
+  hypervolume reference point and value.
+- ``plots/pareto_front.html`` (interactive, plotly; ``plots/plotly.min.js`` beside it
+  so it opens offline), ``plots/pareto_front.png`` (matplotlib),
+  ``plots/hypervolume_history.png`` / ``.html``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Sequence
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from search.config import OBJECTIVES
+from search.space import human_count
+
+__all__ = [
+    "trial_rows",
+    "pareto_rows",
+    "reference_point",
+    "hypervolume",
+    "write_results",
+    "write_plots",
+    "format_pareto_table",
+    "print_pareto_table",
+    "PARETO_COLUMNS",
+]
+
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+PARETO_COLUMNS = [
+    "trial",
+    "shape",
+    "precision",
+    "params_total",
+    "params_active",
+    "loss",
+    "tokens_per_s_per_gpu",
+    "tokens_per_s_per_user",
+    "ttft_ms",
+    "tpot_ms",
+    "deployment",
+    "batch",
+    "memory_per_gpu_gb",
+    "bound",
+    "proxy_params",
+    "proxy_seconds",
+]
+
+
+def _reason(t: FrozenTrial) -> str | None:
+    a = t.user_attrs
+    for key in ("fail_reason", "infeasible"):
+        if key in a:
+            return str(a[key])
+    if t.state == TrialState.PRUNED and "pruned_at_step" in a:
+        return f"stopped early at step {a['pruned_at_step']} (dominated)"
+    if t.state == TrialState.FAIL:
+        return str(t.system_attrs.get("fail_reason", "failed"))
+    if "proxy_loss_reused_from" in a:
+        return f"proxy loss reused from trial {a['proxy_loss_reused_from']} (identical proxy run)"
+    return None
+
+
+def trial_rows(study: optuna.Study, objectives: Sequence[str]) -> list[dict[str, Any]]:
+    """One flat row per finished trial (numbers in SI-ish display units named in the keys)."""
+    try:
+        front = {t.number for t in study.best_trials}
+    except Exception:  # no complete trial yet
+        front = set()
+    rows = []
+    for t in study.get_trials(deepcopy=False, states=FINISHED):
+        a = t.user_attrs
+        pred = a.get("prediction") or {}
+        row: dict[str, Any] = {
+            "trial": t.number,
+            "state": t.state.name,
+            "pareto": t.number in front,
+            "shape": a.get("shape"),
+            "precision": a.get("precision"),
+            "params_total": a.get("params_total"),
+            "params_active": a.get("params_active"),
+            "loss": a.get("proxy_loss"),
+            "tokens_per_s_per_gpu": pred.get("output_tokens_per_s_per_gpu"),
+            "tokens_per_s_per_user": pred.get("output_tokens_per_s_per_user"),
+            "ttft_ms": pred.get("ttft_ms"),
+            "tpot_ms": pred.get("tpot_ms"),
+            "deployment": a.get("deployment_label"),
+            "batch": pred.get("batch"),
+            "memory_per_gpu_gb": pred.get("memory_per_gpu_gb"),
+            "bound": pred.get("bound"),
+            "proxy_params": a.get("proxy_params"),
+            "proxy_seconds": a.get("proxy_seconds"),
+            "feasible": all(v <= 0 for v in t.constraints.values()),
+            "reason": _reason(t),
+        }
+        if t.state == TrialState.COMPLETE and t.values is not None:
+            for name, v in zip(objectives, t.values):
+                row[name] = v
+        for k, v in t.params.items():
+            row[f"param_{k}"] = v
+        rows.append(row)
+    return rows
+
+
+def pareto_rows(rows: list[dict[str, Any]], objectives: Sequence[str]) -> list[dict[str, Any]]:
+    """The Pareto rows, sorted by the first performance objective (best first)."""
+    front = [r for r in rows if r["pareto"]]
+    perf = next((n for n in objectives if n != "loss"), objectives[0])
+    sign = -1 if OBJECTIVES[perf][0] == "maximize" else 1
+    return sorted(front, key=lambda r: sign * (r.get(perf) or 0.0))
+
+
+def reference_point(study: optuna.Study) -> list[float] | None:
+    """A hypervolume reference point just beyond the worst observed feasible value of each objective.
+
+    Minimised objectives: worst + 10% of the observed range; maximised: worst - 10%
+    (not below 0 for these non-negative metrics). None before any feasible COMPLETE trial.
+    """
+    trials = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if all(v <= 0 for v in t.constraints.values())
+    ]
+    if not trials:
+        return None
+    ref = []
+    for i, d in enumerate(study.directions):
+        vals = [t.values[i] for t in trials]
+        lo, hi = min(vals), max(vals)
+        span = (hi - lo) or (abs(hi) or 1.0)
+        if d == optuna.study.StudyDirection.MINIMIZE:
+            ref.append(hi + 0.1 * span)
+        else:
+            ref.append(max(0.0, lo - 0.1 * span) if lo >= 0 else lo - 0.1 * span)
+    return ref
+
+
+def hypervolume(points: Sequence[Sequence[float]], ref: Sequence[float], directions: Sequence[str]) -> float:
+    """Exact hypervolume dominated by ``points`` up to ``ref`` (any mix of min/max directions).
+
+    Maximised objectives are negated into a minimisation problem; points not strictly
+    better than ``ref`` in every objective add nothing. Recursive slicing along the last
+    objective: exact, fine for the tens of points of a front.
+    """
+    signs = [1.0 if d == "minimize" else -1.0 for d in directions]
+    r = [s * x for s, x in zip(signs, ref)]
+    pts = [[s * x for s, x in zip(signs, p)] for p in points]
+    pts = [p for p in pts if all(x < rx for x, rx in zip(p, r))]
+
+    def hv(ps: list[list[float]], rr: list[float]) -> float:
+        if not ps:
+            return 0.0
+        if len(rr) == 1:
+            return rr[0] - min(p[0] for p in ps)
+        ps = sorted(ps, key=lambda p: p[-1])
+        total = 0.0
+        for i, p in enumerate(ps):
+            upper = ps[i + 1][-1] if i + 1 < len(ps) else rr[-1]
+            if upper > p[-1]:
+                total += (upper - p[-1]) * hv([q[:-1] for q in ps[: i + 1]], rr[:-1])
+        return total
+
+    return hv(pts, r)
+
+
+def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({c: r.get(c) for c in columns})
+    os.replace(tmp, path)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str, allow_nan=False))
+    os.replace(tmp, path)
+
+
+def _finite(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def write_results(
+    study: optuna.Study, objectives: Sequence[str], run_dir: str | Path, *, storage: str, n_trials: int
+) -> dict[str, Any]:
+    """Write pareto.csv/json, trials.csv and summary.json; return the summary dict (with rows)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    rows = [{k: _finite(v) for k, v in r.items()} for r in trial_rows(study, objectives)]
+    front = pareto_rows(rows, objectives)
+    params = sorted({k for r in rows for k in r if k.startswith("param_")})
+    cols = ["trial"] + [c for c in PARETO_COLUMNS if c != "trial"] + params
+    _write_csv(run_dir / "pareto.csv", front, cols)
+    _write_json(run_dir / "pareto.json", front)
+    all_cols = ["trial", "state", "pareto", "feasible"] + [c for c in PARETO_COLUMNS if c != "trial"] + ["reason"] + params
+    _write_csv(run_dir / "trials.csv", rows, all_cols)
+    ref = reference_point(study)
+    directions = [OBJECTIVES[n][0] for n in objectives]
+    hv = None
+    if ref is not None:
+        hv = hypervolume([[r[n] for n in objectives] for r in front], ref, directions)
+    counts = {s.name: 0 for s in FINISHED}
+    for r in rows:
+        counts[r["state"]] += 1
+    summary = {
+        "study_name": study.study_name,
+        "storage": storage,
+        "objectives": list(objectives),
+        "directions": directions,
+        "n_trials_target": n_trials,
+        "trials": counts,
+        "infeasible_before_training": sum(1 for r in rows if not r["feasible"]),
+        "pareto_size": len(front),
+        "hypervolume_reference_point": ref,
+        "hypervolume": hv,
+    }
+    _write_json(run_dir / "summary.json", summary)
+    return {**summary, "rows": rows, "pareto": front}
+
+
+def write_plots(study: optuna.Study, objectives: Sequence[str], run_dir: str | Path, ref: Sequence[float] | None) -> dict[str, str]:
+    """Pareto front (HTML + PNG) and hypervolume history (HTML + PNG); returns {name: html text}."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(run_dir) / "plots"
+    out.mkdir(parents=True, exist_ok=True)
+    names = [OBJECTIVES[n][1] for n in objectives]
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if not complete:
+        return {}
+    html: dict[str, str] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        fig = optuna.visualization.plot_pareto_front(study, target_names=names)
+        fig.write_html(out / "pareto_front.html", include_plotlyjs="directory")
+        html["pareto_front"] = fig.to_html(include_plotlyjs="cdn", full_html=True)
+        ax = optuna.visualization.matplotlib.plot_pareto_front(study, target_names=names)
+        ax.figure.savefig(out / "pareto_front.png", dpi=110, bbox_inches="tight")
+        plt.close(ax.figure)
+        if ref is not None:
+            fig = optuna.visualization.plot_hypervolume_history(study, reference_point=list(ref))
+            fig.write_html(out / "hypervolume_history.html", include_plotlyjs="directory")
+            ax = optuna.visualization.matplotlib.plot_hypervolume_history(study, reference_point=list(ref))
+            ax.figure.savefig(out / "hypervolume_history.png", dpi=110, bbox_inches="tight")
+            plt.close(ax.figure)
+    return html
+
+
+def parallel_coordinates_html(rows: list[dict[str, Any]], objectives: Sequence[str]) -> str | None:
+    """A plotly parallel-coordinates figure of the COMPLETE trials (shape parameters and objectives)."""
+    import plotly.graph_objects as go
+
+    complete = [r for r in rows if r["state"] == "COMPLETE"]
+    if not complete:
+        return None
+    dims = []
+    keys = sorted({k for r in complete for k in r if k.startswith("param_")}) + ["params_total", *objectives]
+    for k in keys:
+        vals = [r.get(k) for r in complete]
+        if any(v is None for v in vals):
+            continue
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+            dims.append(dict(label=k.removeprefix("param_"), values=vals))
+        else:
+            cats = sorted({str(v) for v in vals})
+            dims.append(dict(label=k.removeprefix("param_"), values=[cats.index(str(v)) for v in vals],
+                             tickvals=list(range(len(cats))), ticktext=cats))
+    color = [1 if r["pareto"] else 0 for r in complete]
+    fig = go.Figure(go.Parcoords(line=dict(color=color, colorscale=[[0, "lightgray"], [1, "crimson"]]), dimensions=dims))
+    fig.update_layout(title="trials (red: Pareto front)")
+    return fig.to_html(include_plotlyjs="cdn", full_html=True)
+
+
+def _fmt(v: Any, kind: str) -> str:
+    if v is None:
+        return "-"
+    if kind == "count":
+        return human_count(float(v))
+    if kind == "rate":
+        return f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
+    if kind == "ms":
+        return f"{v:.2f}" if v < 100 else f"{v:,.0f}"
+    if kind == "loss":
+        return f"{v:.4f}"
+    return str(v)
+
+
+_TABLE = [
+    ("#", "trial", "str"),
+    ("shape", "shape", "str"),
+    ("prec", "precision", "str"),
+    ("params", "params_total", "count"),
+    ("active", "params_active", "count"),
+    ("loss", "loss", "loss"),
+    ("tok/s/GPU", "tokens_per_s_per_gpu", "rate"),
+    ("tok/s/user", "tokens_per_s_per_user", "rate"),
+    ("TTFT ms", "ttft_ms", "ms"),
+    ("TPOT ms", "tpot_ms", "ms"),
+    ("deployment", "deployment", "str"),
+]
+
+
+def format_pareto_table(front: list[dict[str, Any]]) -> list[list[str]]:
+    """Header + rows of the printed Pareto table as strings."""
+    out = [[h for h, _, _ in _TABLE]]
+    for r in front:
+        out.append([_fmt(r.get(k), kind) for _, k, kind in _TABLE])
+    return out
+
+
+def print_pareto_table(summary: dict[str, Any], *, title: str) -> None:
+    """Print the Pareto front with rich (plain text when the output is not a terminal)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    cells = format_pareto_table(summary["pareto"])
+    table = Table(title=title, show_lines=False)
+    for h in cells[0]:
+        table.add_column(h, justify="left" if h in ("shape", "deployment", "prec") else "right")
+    for row in cells[1:]:
+        table.add_row(*row)
+    console = Console(width=max(160, Console().width))
+    console.print(table)

@@ -1,0 +1,157 @@
+"""The search space: an Optuna trial's suggestions -> a full-size :class:`Architecture`.
+
+Shapes are aligned by construction: ``hidden`` steps in multiples of the alignment
+(and of ``heads_multiple`` heads, so attention heads split evenly over TP ranks);
+the heads are ``hidden / head_dim``; the dense FFN width is a multiple of
+``alignment * max(TP choice)`` and the expert FFN width a multiple of ``alignment *
+max(TP / EP)``, so every per-GPU shard of those GEMMs stays a whole number of tiles
+under every parallelism choice. KV heads always divide the heads. What cannot be
+guaranteed by construction (heads per TP rank, expert counts per EP rank, memory,
+parameter budgets, an SLO) is checked before training in :mod:`search.objective`.
+
+Pure Python (no torch): thousands of candidates cost milliseconds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from co_design.arch import Architecture
+
+__all__ = [
+    "Candidate",
+    "suggest_candidate",
+    "parallel_choices",
+    "ffn_units",
+    "shape_label",
+    "human_count",
+    "hidden_step",
+    "largest_divisor_at_most",
+]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A full-size architecture and, when searched, its serving/QAT precision."""
+
+    arch: Architecture
+    precision: str | None  # None: the deployment's weights/activations precision
+
+
+def parallel_choices(deployment: Any) -> Iterator[dict[str, Any]]:
+    """Every combination of the deployment's parallelism choices (tp, ep, pp, attention_dp, helix)."""
+    for tp, ep, pp, adp, helix in itertools.product(
+        deployment.tp, deployment.ep, deployment.pp, deployment.attention_dp, deployment.helix
+    ):
+        yield {"tp": int(tp), "ep": int(ep), "pp": int(pp), "attention_dp": bool(adp), "helix": int(helix)}
+
+
+def ffn_units(space: Any, deployment: Any) -> tuple[int, int]:
+    """Rounding units (elements) of the dense FFN and of the expert FFN widths.
+
+    A dense FFN is split over all TP ranks, an expert over ``tp / ep`` ranks
+    (:class:`co_design.perf.Deployment`): width = k * alignment * ranks keeps each
+    per-GPU shard a multiple of the alignment.
+    """
+    a = space.alignment
+    combos = list(parallel_choices(deployment))
+    dense_ranks = max(c["tp"] for c in combos)
+    expert_ranks = max(max(1, c["tp"] // c["ep"]) for c in combos)
+    return a * dense_ranks, a * expert_ranks
+
+
+def hidden_step(space: Any) -> int:
+    """Step of ``hidden``: the alignment, and whole multiples of ``heads_multiple`` heads of the widest head_dim."""
+    return math.lcm(int(space.alignment), max(int(h) for h in space.head_dim) * int(space.heads_multiple))
+
+
+def _round_to(value: float, unit: int) -> int:
+    return max(unit, int(round(value / unit)) * unit)
+
+
+def largest_divisor_at_most(n: int, limit: int) -> int:
+    """The largest divisor of ``n`` that is <= ``limit`` (at least 1)."""
+    for d in range(min(n, max(1, limit)), 0, -1):
+        if n % d == 0:
+            return d
+    return 1
+
+
+def suggest_candidate(trial: Any, space: Any, deployment: Any) -> Candidate:
+    """Ask ``trial`` for one candidate of ``space`` (a :class:`search.config.SpaceConfig`).
+
+    Parameter names (as seen by the sampler and the dashboard): ``hidden``,
+    ``layers``, ``head_dim``, ``kv_heads`` (the KV-head count asked for; the
+    architecture uses the largest divisor of the heads not above it),
+    ``ffn_multiplier``; for MoE ``experts``, ``experts_per_token`` (capped at the
+    experts), ``shared_experts``, ``expert_ffn_multiplier``, ``dense_layers``
+    (capped at layers - 1); ``precision`` when searched.
+    """
+    a = space.alignment
+    ffn_unit, expert_unit = ffn_units(space, deployment)
+    hidden = trial.suggest_int("hidden", int(space.hidden[0]), int(space.hidden[1]), step=hidden_step(space))
+    layers = trial.suggest_int("layers", int(space.layers[0]), int(space.layers[1]))
+    head_dim = int(trial.suggest_categorical("head_dim", [int(h) for h in space.head_dim]))
+    heads = max(1, hidden // head_dim)
+    kv_asked = int(trial.suggest_categorical("kv_heads", [int(k) for k in space.kv_heads]))
+    kv_heads = largest_divisor_at_most(heads, kv_asked)
+    lo, hi = float(space.ffn_multiplier[0]), float(space.ffn_multiplier[1])
+    step = float(space.ffn_multiplier_step)
+    mult = trial.suggest_float("ffn_multiplier", lo, hi, step=step) if hi - lo >= step else lo
+    ffn = _round_to(mult * hidden, ffn_unit)
+    kw: dict[str, Any] = dict(
+        hidden=hidden,
+        layers=layers,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        ffn=ffn,
+        vocab=int(space.vocab),
+        gated_ffn=bool(space.gated_ffn),
+        tied_embeddings=bool(space.tied_embeddings),
+    )
+    if space.experts:
+        experts = int(trial.suggest_categorical("experts", [int(e) for e in space.experts]))
+        k_lo, k_hi = int(space.experts_per_token[0]), int(space.experts_per_token[1])
+        top_k = min(experts, trial.suggest_int("experts_per_token", k_lo, k_hi)) if k_hi > k_lo else k_lo
+        s_lo, s_hi = int(space.shared_experts[0]), int(space.shared_experts[1])
+        shared = trial.suggest_int("shared_experts", s_lo, s_hi) if s_hi > s_lo else s_lo
+        e_lo, e_hi = float(space.expert_ffn_multiplier[0]), float(space.expert_ffn_multiplier[1])
+        e_step = float(space.expert_ffn_multiplier_step)
+        e_mult = trial.suggest_float("expert_ffn_multiplier", e_lo, e_hi, step=e_step) if e_hi - e_lo >= e_step else e_lo
+        d_lo, d_hi = int(space.dense_layers[0]), int(space.dense_layers[1])
+        dense = trial.suggest_int("dense_layers", d_lo, d_hi) if d_hi > d_lo else d_lo
+        kw.update(
+            experts=experts,
+            experts_per_token=top_k,
+            shared_experts=shared,
+            expert_ffn=_round_to(e_mult * hidden, expert_unit),
+            dense_layers=min(dense, layers - 1),
+        )
+    precision = None
+    if space.precisions:
+        precision = str(trial.suggest_categorical("precision", [str(p) for p in space.precisions]))
+    arch = Architecture(**kw, name=space.name)
+    arch = arch.replace(name=shape_label(arch))
+    return Candidate(arch=arch, precision=precision)
+
+
+def shape_label(arch: Architecture) -> str:
+    """A compact shape string, e.g. ``h2048 L16 H16/kv4 d128 f8192`` (+ ``E64k4s1 ef1024 dense1``)."""
+    s = f"h{arch.hidden} L{arch.layers} H{arch.heads}/kv{arch.kv_heads} d{arch.head_dim} f{arch.ffn}"
+    if arch.is_moe:
+        s += f" E{arch.experts}k{arch.experts_per_token}s{arch.shared_experts} ef{arch.expert_ffn}"
+        if arch.dense_layers:
+            s += f" dense{arch.dense_layers}"
+    return s
+
+
+def human_count(n: float) -> str:
+    """1234567 -> '1.23M' (parameters)."""
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:.0f}"

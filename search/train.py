@@ -1,0 +1,187 @@
+"""One proxy training run: Lightning ``Trainer`` + ``CoDesignCallback`` on the data module."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from co_design.arch import Architecture
+from search.config import SearchConfig, steps_of
+from search.proxy import ProxyLM, trainer_settings
+
+__all__ = ["ProxyResult", "train_proxy", "cpu_threads"]
+
+
+@dataclass(frozen=True)
+class ProxyResult:
+    """Final validation loss (nats/token), optimizer steps run, and why it stopped early (if it did)."""
+
+    loss: float
+    steps: int
+    pruned_reason: str | None = None
+
+
+class _NonFiniteGuard(Callback):
+    """Stop at the first non-finite training loss instead of training on NaNs to the end."""
+
+    def __init__(self) -> None:
+        self.bad_step: int | None = None
+        self.bad_value: float | None = None
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        if loss is not None and not torch.isfinite(loss.detach()).all():
+            self.bad_step, self.bad_value = trainer.global_step, float(loss.detach().float().mean())
+            trainer.should_stop = True
+
+
+_CPU_THREADS: int | None = None
+
+
+def cpu_threads() -> int:
+    """Torch threads for a CPU proxy: the cores not already busy (at least 1).
+
+    Oversubscribed OpenMP threads spin against each other: on 2 cores shared with other
+    work, 2 threads ran one proxy step ~10x slower than 1 thread (measured 2.9 s vs 0.27 s).
+    So use the cores minus the 1-minute load average, measured once per process before the
+    first proxy run (later readings would count this job's own threads).
+    """
+    global _CPU_THREADS
+    if _CPU_THREADS is not None:
+        return _CPU_THREADS
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        busy = os.getloadavg()[0]
+    except OSError:  # pragma: no cover - platforms without getloadavg
+        busy = 0.0
+    _CPU_THREADS = max(1, min(cores, int(cores - busy + 0.5)))
+    return _CPU_THREADS
+
+
+def _quiet_lightning() -> None:
+    # Lightning's per-Trainer banners ("GPU available: ...", "You are using a CUDA device ...") repeat
+    # for every trial; keep its warnings and errors.
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch.accelerators.cuda", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
+    warnings.filterwarnings("ignore", message=r".*treespec.*")
+    warnings.filterwarnings("ignore", message=r".*Your `IterableDataset` has `__len__` defined.*")
+    warnings.filterwarnings("ignore", message=r".*Precision .*-mixed is not supported by the model summary.*")
+
+
+def train_proxy(
+    *,
+    trial: Any,
+    cfg: SearchConfig,
+    full_arch: Architecture,
+    proxy_arch: Architecture,
+    gpu: Any,
+    deployment: Any,
+    quant: str,
+    datamodule: Any,
+    stopping: Any,
+    tracker: Any,
+    run_dir: str,
+) -> ProxyResult:
+    """Train ``proxy_arch`` for the budget; the callback scores ``full_arch`` on ``deployment``.
+
+    The model is initialised with the study seed (every trial alike), QAT in ``quant``;
+    validation every ``budget.val_every_steps`` (default: four times a run) and once at
+    the end, so the returned loss is always the final one.
+    """
+    from co_design.callback import CoDesignCallback
+
+    _quiet_lightning()
+    p = cfg.proxy
+    steps = steps_of(p)
+    val_every = p.budget.val_every_steps or max(1, math.ceil(steps / 4))
+    val_every = min(val_every, steps)
+    if trainer_settings(p.accelerator, p.precision)["accelerator"] == "cpu":
+        torch.set_num_threads(p.threads or cpu_threads())
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    model = ProxyLM(
+        proxy_arch,
+        max_seq_len=p.max_seq_len or p.data.seq_len,
+        lr=p.lr,
+        total_steps=steps,
+        warmup_steps=min(p.warmup_steps, steps // 2),
+        min_lr_ratio=p.min_lr_ratio,
+        weight_decay=p.weight_decay,
+        aux_loss_coef=p.aux_loss_coef,
+    )
+    slo = None
+    if cfg.deployment.slo.is_set and deployment.concurrency is None:
+        from co_design import perf
+
+        slo = perf.SLO(
+            min_tokens_per_s_per_user=cfg.deployment.slo.min_tokens_per_s_per_user,
+            max_ttft_s=cfg.deployment.slo.max_ttft_s,
+            max_tpot_s=cfg.deployment.slo.max_tpot_s,
+        )
+    callback = CoDesignCallback(
+        gpu,
+        deployment=deployment,
+        quant=quant,
+        architecture=full_arch,  # the performance model scores the full-size candidate
+        verify_architecture=False,  # ... while the module trains its reduced proxy
+        trial=trial,
+        stopping=stopping,
+        slo=slo,
+        log_quant_every_n_steps=max(1, val_every),
+        warn_alignment=False,  # the space is aligned by construction
+    )
+    guard = _NonFiniteGuard()
+    logger = None
+    if tracker is not None:
+        try:
+            logger = tracker.trial_logger(trial)
+        except Exception as exc:  # tracking trouble (e.g. no network online) must not fail the trial
+            logging.getLogger("search").warning("W&B run of trial %d not created: %s", trial.number, exc)
+    trainer = L.Trainer(
+        max_steps=steps,
+        val_check_interval=val_every,
+        check_val_every_n_epoch=None,
+        num_sanity_val_steps=0,
+        limit_val_batches=p.data.val_batches,
+        gradient_clip_val=p.grad_clip or None,
+        logger=logger if logger is not None else False,
+        log_every_n_steps=max(1, min(10, val_every)),
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=not cfg.quiet,
+        default_root_dir=os.path.join(run_dir, "lightning"),
+        callbacks=[callback, guard],
+        **trainer_settings(p.accelerator, p.precision),
+    )
+    trainer.fit(model, datamodule=datamodule)
+    if guard.bad_step is not None:
+        from search.objective import NonFiniteLossError
+
+        raise NonFiniteLossError(f"training loss became {guard.bad_value} at step {guard.bad_step} (diverged)")
+    last = callback.intermediate_values.get(max(callback.intermediate_values, default=-1))
+    if last is not None and not math.isfinite(last):
+        from search.objective import NonFiniteLossError
+
+        raise NonFiniteLossError(f"validation loss became {last} at step {trainer.global_step} (diverged)")
+    if callback.pruned:
+        reason = f"stopped early at step {callback.pruned_at_step}: {callback.stop_reason}"
+        return ProxyResult(loss=float("nan"), steps=trainer.global_step, pruned_reason=reason)
+    values = callback.intermediate_values
+    if trainer.global_step not in values:  # the last validation did not fall on the last step
+        trainer.validate(model, datamodule=datamodule, verbose=False)
+        values = callback.intermediate_values
+    loss = values.get(trainer.global_step)
+    if loss is None:
+        raise RuntimeError(f"no validation loss recorded at step {trainer.global_step}; have {sorted(values)}")
+    if logger is not None:
+        logger.experiment.summary["proxy/final_val_loss"] = float(loss)
+    return ProxyResult(loss=float(loss), steps=int(trainer.global_step))
+

@@ -1,0 +1,312 @@
+"""The search job end to end, in-process: short studies with a tiny proxy (marked slow).
+
+Covers: a study to completion with results files that agree with the study, resume,
+a failing trial (exception and NaN) recorded as FAIL while the study goes on,
+infeasible candidates rejected before any proxy run, the W&B offline Pareto table,
+and a PostgreSQL storage.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import json
+import math
+import os
+import socket
+import sys
+import uuid
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from search.app import run
+from search.train import train_proxy
+
+from search.compose import compose_config as compose_cfg
+
+# A proxy small enough for tests: a few steps of a 2-sequence batch of 32 bytes.
+TINY_PROXY = [
+    "proxy.budget.steps=4",
+    "proxy.budget.val_every_steps=2",
+    "proxy.data.seq_len=32",
+    "proxy.data.batch_size=2",
+    "proxy.data.val_batches=1",
+    "proxy.warmup_steps=1",
+    "space.hidden=[128,256]",
+    "space.layers=[2,3]",
+    "plots=true",
+    "quiet=true",
+]
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _wandb_offline(monkeypatch, tmp_path):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+
+
+def _cfg(*overrides: str):
+    return compose_cfg(*TINY_PROXY, *overrides)
+
+
+def test_short_study_writes_results_that_agree_with_the_study(tmp_path):
+    res = run(_cfg("n_trials=3", "study_name=e2e", "tracking=wandb"), run_dir=tmp_path / "run")
+    study = res.study
+    assert res.ran == 3 and res.finished == 3
+    trials = study.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
+    assert len(trials) == 3
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert complete, [t.user_attrs for t in trials]
+    for t in complete:
+        loss, tps_gpu, tps_user = t.values
+        assert math.isfinite(loss) and 0 < loss < 10  # nats/token on bytes: below ln(256)=5.5 after training starts
+        pred = t.user_attrs["prediction"]
+        assert tps_gpu == pytest.approx(pred["output_tokens_per_s_per_gpu"])
+        assert tps_user == pytest.approx(pred["output_tokens_per_s_per_user"])
+        assert t.user_attrs["proxy_params"] < t.user_attrs["params_total"]  # the proxy is reduced
+        assert t.user_attrs["arch"]["hidden"] % 128 == 0
+
+    # Pareto files == study.best_trials
+    run_dir = res.run_dir
+    front = {t.number for t in study.best_trials}
+    with open(run_dir / "pareto.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {int(r["trial"]) for r in rows} == front
+    for r in rows:
+        t = study.trials[int(r["trial"])]
+        assert float(r["loss"]) == pytest.approx(t.values[0])
+        assert float(r["tokens_per_s_per_gpu"]) == pytest.approx(t.values[1])
+    pareto_json = json.loads((run_dir / "pareto.json").read_text())
+    assert {r["trial"] for r in pareto_json} == front
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["pareto_size"] == len(front) and sum(summary["trials"].values()) == 3
+    assert summary["hypervolume"] is not None and summary["hypervolume"] >= 0
+    with open(run_dir / "trials.csv") as f:
+        assert len(list(csv.DictReader(f))) == 3
+    for name in ("pareto_front.png", "pareto_front.html", "hypervolume_history.png", "hypervolume_history.html"):
+        assert (run_dir / "plots" / name).stat().st_size > 1000, name
+    assert (run_dir / "plots" / "plotly.min.js").exists()  # the HTML opens offline
+
+    # W&B offline: a summary run whose Pareto table is plain JSON, and one run per evaluated trial
+    assert res.wandb_summary_dir is not None
+    tables = glob.glob(os.path.join(res.wandb_summary_dir, "files", "media", "table", "pareto_front_*.table.json"))
+    assert tables, os.listdir(res.wandb_summary_dir)
+    table = json.loads(Path(tables[0]).read_text())
+    trial_col = table["columns"].index("trial")
+    assert {row[trial_col] for row in table["data"]} == front
+    all_table = glob.glob(os.path.join(res.wandb_summary_dir, "files", "media", "table", "trials_*.table.json"))
+    assert all_table and "pareto" in json.loads(Path(all_table[0]).read_text())["columns"]
+    runs = glob.glob(str(run_dir / "wandb" / "offline-run-*"))
+    evaluated = [t for t in trials if "infeasible" not in t.user_attrs]
+    assert len(runs) == len(evaluated) + 1
+    # trial runs hold the proxy's loss curve, the callback's metrics and the prediction (protobuf records
+    # in the offline .wandb file; no reader ships with wandb 0.31, so look for the keys)
+    trained = [r for r in runs if r.rstrip("/") != res.wandb_summary_dir.rstrip("/")]
+    blobs = [Path(f).read_bytes() for r in trained for f in glob.glob(os.path.join(r, "run-*.wandb"))]
+    assert any(b"val_loss" in b and b"co_design/output_tokens_per_s_per_gpu" in b for b in blobs)
+    assert all(b"prediction/output_tokens_per_s_per_gpu" in b for b in blobs)
+
+
+def test_resume_runs_only_the_remainder(tmp_path):
+    run_dir = tmp_path / "run"
+    first = run(_cfg("n_trials=2", "study_name=resume", "tracking=off", "plots=false"), run_dir=run_dir)
+    assert first.ran == 2
+    again = run(_cfg("n_trials=2", "study_name=resume", "tracking=off", "plots=false"), run_dir=run_dir)
+    assert again.ran == 0 and len(again.study.trials) == 2  # nothing to do: the study is complete
+    more = run(_cfg("n_trials=3", "study_name=resume", "tracking=off", "plots=false"), run_dir=run_dir)
+    assert more.ran == 1 and len(more.study.trials) == 3
+    # the resumed sampler does not replay the first run's draws
+    assert more.study.trials[2].params != more.study.trials[0].params
+    # other objectives on the same study name are refused, not mixed in
+    from search.config import ConfigError
+
+    with pytest.raises(ConfigError, match="already exists"):
+        run(_cfg("n_trials=4", "study_name=resume", "tracking=off", "objectives=throughput"), run_dir=run_dir)
+
+
+def test_orphaned_running_trial_of_a_dead_worker_is_failed_and_not_counted(tmp_path):
+    run_dir = tmp_path / "run"
+    cfg = _cfg("n_trials=1", "study_name=orphan", "tracking=off", "plots=false", "objectives=perf_only")
+    run(cfg, run_dir=run_dir)
+    from search.app import make_storage
+
+    storage, _ = make_storage(None, run_dir)
+    study = optuna.load_study(study_name="orphan", storage=storage)
+    t = study.ask()  # a worker that died mid-trial: RUNNING forever
+    t.set_user_attr("worker", {"host": socket.gethostname(), "pid": 2**22 + 12345})
+    res = run(_cfg("n_trials=2", "study_name=orphan", "tracking=off", "plots=false", "objectives=perf_only"), run_dir=run_dir)
+    orphan = res.study.trials[t.number]
+    assert orphan.state == TrialState.FAIL and orphan.user_attrs["fail_reason"].startswith("interrupted")
+    assert res.finished == 2 and res.ran == 1
+
+
+def test_failing_trials_are_recorded_and_the_study_goes_on(tmp_path):
+    calls = []
+
+    def flaky(**kw):
+        calls.append(kw["trial"].number)
+        n = len(calls)
+        if n == 1:
+            raise RuntimeError("injected failure")
+        if n == 2:
+            from search.train import ProxyResult
+
+            return ProxyResult(loss=float("nan"), steps=1)
+        return train_proxy(**kw)
+
+    res = run(
+        _cfg("n_trials=3", "study_name=fail", "tracking=off", "plots=false", "proxy.reuse_losses=false",
+             "proxy.early_stopping=false"),
+        run_dir=tmp_path / "run",
+        train_fn=flaky,
+    )
+    states = [t.state for t in res.study.trials]
+    assert states[:2] == [TrialState.FAIL, TrialState.FAIL] and states[2] == TrialState.COMPLETE
+    assert res.study.trials[0].user_attrs["fail_reason"] == "RuntimeError: injected failure"
+    assert "NonFiniteLossError" in res.study.trials[1].user_attrs["fail_reason"]
+    rows = {r["trial"]: r for r in res.summary["rows"]}
+    assert rows[0]["state"] == "FAIL" and "injected failure" in rows[0]["reason"]
+
+
+def test_infeasible_candidates_cost_no_proxy_run(tmp_path):
+    calls = []
+
+    def never(**kw):  # pragma: no cover - must not be called
+        calls.append(kw)
+        raise AssertionError("a proxy ran for an infeasible candidate")
+
+    res = run(
+        _cfg("n_trials=3", "study_name=infeasible", "tracking=off", "plots=false", "space.params.max_total=1000"),
+        run_dir=tmp_path / "run",
+        train_fn=never,
+    )
+    assert not calls
+    for t in res.study.trials:
+        assert t.state == TrialState.PRUNED
+        assert t.constraints["params_total_max"] > 0
+        assert "exceed space.params.max_total" in t.user_attrs["infeasible"]
+    assert res.summary["infeasible_before_training"] == 3 and res.summary["pareto_size"] == 0
+
+
+def test_perf_only_study_and_memory_constraint(tmp_path):
+    # a ~60B-class dense model on one H100 in BF16 (>110 GB of weights) does not fit: infeasible before training
+    res = run(
+        compose_cfg(
+            "hardware=h100", "space=dense", "objectives=perf_only", "deployment.weights=bf16",
+            "deployment.activations=bf16", "space.hidden=[7168,8192]", "space.layers=[64,80]",
+            "space.params.max_total=null", "n_trials=3", "study_name=mem", "tracking=off", "plots=false", "quiet=true",
+        ),
+        run_dir=tmp_path / "run",
+    )
+    for t in res.study.trials:
+        assert t.state == TrialState.PRUNED and t.constraints["memory"] > 0, t.user_attrs
+        assert "does not fit" in t.user_attrs["infeasible"]
+
+
+def _postgres_url() -> str | None:
+    url = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+    try:
+        import psycopg
+
+        with psycopg.connect("host=127.0.0.1 port=5432 user=postgres dbname=test", connect_timeout=3):
+            return url
+    except Exception:
+        return None
+
+
+def test_postgresql_storage(tmp_path):
+    url = _postgres_url()
+    if url is None:
+        pytest.skip("no PostgreSQL at 127.0.0.1:5432/test")
+    name = f"co-design-test-{uuid.uuid4().hex[:12]}"
+    try:
+        cfg = ("objectives=perf_only", "n_trials=3", f"study_name={name}", f"storage={url}", "tracking=off", "plots=false")
+        res = run(_cfg(*cfg), run_dir=tmp_path / "run")
+        assert res.ran == 3
+        loaded = optuna.load_study(study_name=name, storage=url)
+        assert len(loaded.trials) == 3 and loaded.user_attrs["objectives"] == ["tokens_per_s_per_gpu", "tokens_per_s_per_user"]
+        again = run(_cfg(*cfg), run_dir=tmp_path / "run")
+        assert again.ran == 0  # resumed from the database
+        assert not (tmp_path / "run" / "study.journal").exists()
+    finally:
+        try:
+            optuna.delete_study(study_name=name, storage=url)
+        except KeyError:
+            pass
+
+
+def test_cli_same_command_resumes(tmp_path):
+    """`python -m search ...` twice in the same directory: the second run finds the study and runs nothing."""
+    import subprocess
+
+    from search.paths import REPO_ROOT
+
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    cmd = [sys.executable, "-m", "search", "objectives=perf_only", "n_trials=3", "study_name=cli", "tracking=off",
+           "plots=false", "quiet=true"]
+    first = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "new study 'cli'" in first.stdout and "Pareto front of 'cli'" in first.stdout
+    assert (tmp_path / "outputs" / "cli" / "study.journal").is_file()
+    second = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "resuming study 'cli': 3 finished trial(s) of n_trials=3; running 0 more" in second.stdout
+    assert "Pareto front of 'cli'" in second.stdout
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "nsga2", "nsga3", "gp", "random"])
+def test_every_sampler_runs_a_constrained_study(tmp_path, sampler):
+    # performance objectives only (no proxy): seconds per study; a budget that rejects part of the space
+    res = run(
+        compose_cfg(
+            f"sampler={sampler}", "sampler.n_startup_trials=2", "sampler.population_size=2", "objectives=perf_only",
+            "n_trials=5", f"study_name=s-{sampler}", "tracking=off", "plots=false", "quiet=true",
+            "space.params.max_total=4.0e7",
+        ),
+        run_dir=tmp_path / "run",
+    )
+    assert res.ran == 5
+    for t in res.study.trials:
+        assert set(t.constraints) == {"params_total_max", "parallelism", "memory"}
+        feasible = all(v <= 0 for v in t.constraints.values())
+        assert (t.state == TrialState.COMPLETE) == feasible, (t.state, t.constraints)
+
+
+def test_ctrl_c_keeps_finished_trials_and_the_rerun_finishes(tmp_path):
+    calls = []
+
+    def interrupted_once(**kw):
+        calls.append(kw["trial"].number)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return train_proxy(**kw)
+
+    cfg = ("n_trials=3", "study_name=ctrlc", "tracking=off", "plots=false", "proxy.early_stopping=false")
+    with pytest.raises(KeyboardInterrupt):
+        run(_cfg(*cfg), run_dir=tmp_path / "run", train_fn=interrupted_once)
+    assert (tmp_path / "run" / "pareto.csv").exists()  # results written on the way out
+    res = run(_cfg(*cfg), run_dir=tmp_path / "run")
+    states = [t.state for t in res.study.trials]
+    assert states[0] in (TrialState.COMPLETE, TrialState.PRUNED)  # the finished trial survived
+    assert states[1] == TrialState.FAIL and res.study.trials[1].user_attrs["fail_reason"].startswith("interrupted")
+    assert res.finished == 3 and len(res.study.trials) == 4  # the interrupted one does not count
+
+
+@pytest.mark.gpu
+def test_proxy_runs_on_the_gpu_in_bf16_mixed(tmp_path):
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from search.proxy import trainer_settings
+
+    assert trainer_settings("auto", "auto")["precision"] in ("bf16-mixed", "16-mixed")
+    res = run(_cfg("n_trials=2", "study_name=gpu", "tracking=off", "plots=false"), run_dir=tmp_path / "run")
+    assert res.ran == 2 and any(t.state == TrialState.COMPLETE for t in res.study.trials)
