@@ -12,7 +12,7 @@ Known, documented differences (REFERENCE.md section 1), excluded here on purpose
   ulp, which flips an element sitting within an ulp of an E2M1 midpoint (rare; bf16 inputs hit it
   more often because their few mantissa bits land on midpoints). Such elements are checked to be
   midpoint cases instead of equal.
-* all-zero tensors: torchao gives NaN (0/0), we give zeros (tested in test_quant_formats.py).
+* all-zero tensors: torchao gives NaN (0/0), we give zeros (tested in tests/quant/test_formats.py).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 import importlib.util
 from pathlib import Path
 
-RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "callback_example.py"
+RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "callback_example.py"
 
 
 def test_callback_example_runs(tmp_path, capsys):
