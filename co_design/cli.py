@@ -44,6 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
     mode = pr.add_mutually_exclusive_group()
     mode.add_argument("--concurrency", type=int, default=None, help="requests in flight, whole deployment")
     mode.add_argument("--max-throughput", action="store_true", help="pick the batch of highest tokens/s per GPU (default)")
+    mode.add_argument("--pareto", action="store_true",
+                      help="the throughput-vs-interactivity front over concurrency and the parallel layouts of --gpus")
+    slo = pr.add_argument_group("SLO (with --max-throughput or --pareto: keep only points that meet it)")
+    slo.add_argument("--min-tokens-per-s-per-user", type=float, default=None, metavar="TOK_S", help="e.g. 50")
+    slo.add_argument("--max-ttft-ms", type=float, default=None, metavar="MS", help="e.g. 2000")
+    slo.add_argument("--max-tpot-ms", type=float, default=None, metavar="MS", help="e.g. 20")
     pr.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     pr.add_argument("--no-advice", action="store_true", help="skip shape advice (faster)")
     pr.add_argument("--list-hardware", action="store_true", help="list known GPUs and exit")
@@ -58,8 +64,8 @@ def _fail(msg: str) -> int:
 def _predict(args: argparse.Namespace) -> int:
     from co_design.arch import Architecture, ArchitectureError
     from co_design.hardware import get_gpu, list_gpus
-    from co_design.perf import Deployment, max_throughput, predict, shape_advice
-    from co_design.perf.report import format_report
+    from co_design.perf import SLO, Deployment, max_throughput, pareto, predict, shape_advice
+    from co_design.perf.report import format_pareto, format_report
 
     if args.list_hardware:
         print("\n".join(list_gpus()))
@@ -78,7 +84,23 @@ def _predict(args: argparse.Namespace) -> int:
         dep = Deployment(gpus=args.gpus, tp=args.tp, ep=args.ep, pp=args.pp, attention_dp=args.attention_dp,
                          helix=args.helix, weights=args.weights, activations=args.activations,
                          kv_cache=args.kv_cache, isl=args.isl, osl=args.osl, concurrency=args.concurrency)
-        pred = predict(arch, gpu, dep) if args.concurrency is not None else max_throughput(arch, gpu, dep)
+        bounds = (args.min_tokens_per_s_per_user, args.max_ttft_ms, args.max_tpot_ms)
+        slo = None
+        if any(b is not None for b in bounds):
+            if args.concurrency is not None:
+                return _fail("an SLO selects the operating point: use it with --max-throughput or --pareto, "
+                             "not with --concurrency")
+            slo = SLO(min_tokens_per_s_per_user=bounds[0],
+                      max_ttft_s=None if bounds[1] is None else bounds[1] / 1e3,
+                      max_tpot_s=None if bounds[2] is None else bounds[2] / 1e3)
+        if args.pareto:
+            front = pareto(arch, gpu, dep, slo=slo)
+            if args.json:
+                print(json.dumps({"model": arch.name, "pareto": [_point(p) for p in front]}, indent=1))
+            else:
+                print(format_pareto(arch, gpu.name, front))
+            return 0
+        pred = predict(arch, gpu, dep) if args.concurrency is not None else max_throughput(arch, gpu, dep, slo=slo)
         advice = [] if args.no_advice else shape_advice(arch, gpu, dep.replace(concurrency=pred.batch))
     except ValueError as exc:
         return _fail(str(exc))
@@ -90,6 +112,14 @@ def _predict(args: argparse.Namespace) -> int:
     else:
         print(format_report(arch, pred, advice))
     return 0
+
+
+def _point(p) -> dict:
+    """One Pareto point for --json: the headline metrics and its layout, without the op table."""
+    d = p.to_dict()
+    d.pop("ops", None)
+    d["deployment_label"] = p.deployment.label
+    return d
 
 
 def main(argv: Sequence[str] | None = None) -> int:

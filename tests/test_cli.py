@@ -71,3 +71,30 @@ def test_console_script_runs(config):
     r = subprocess.run([sys.executable, "-m", "co_design.cli", "predict", config, "--hardware", "nosuch"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "known:" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_pareto_front_is_a_front_under_the_slo(config, capsys):
+    assert main(["predict", config, "--gpus", "4", "--pareto", "--min-tokens-per-s-per-user", "100", "--json"]) == 0
+    front = json.loads(capsys.readouterr().out)["pareto"]
+    assert len(front) >= 3
+    users = [p["output_tokens_per_s_per_user"] for p in front]
+    gpus = [p["output_tokens_per_s_per_gpu"] for p in front]
+    assert min(users) >= 100
+    # sorted by interactivity; along a front, more tokens/s per user costs tokens/s per GPU
+    assert users == sorted(users) and gpus == sorted(gpus, reverse=True)
+    assert all(p["fits"] for p in front) and {p["deployment"]["gpus"] for p in front} == {4}
+    assert main(["predict", config, "--gpus", "4", "--pareto"]) == 0
+    assert "Pareto front of tiny on b200 x4" in capsys.readouterr().out
+
+
+def test_slo_bounds_the_max_throughput_point(config, capsys):
+    assert main(["predict", config, "--json", "--no-advice"]) == 0
+    free = json.loads(capsys.readouterr().out)
+    assert main(["predict", config, "--json", "--no-advice", "--max-tpot-ms", str(free["tpot_ms"] / 2)]) == 0
+    bound = json.loads(capsys.readouterr().out)
+    assert bound["tpot_ms"] <= free["tpot_ms"] / 2 and bound["batch"] < free["batch"]
+
+
+def test_slo_with_fixed_concurrency_is_refused(config, capsys):
+    assert main(["predict", config, "--concurrency", "4", "--max-ttft-ms", "100"]) == 2
+    assert "--max-throughput or --pareto" in capsys.readouterr().err

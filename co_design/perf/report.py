@@ -9,7 +9,7 @@ from co_design.perf.types import Advice, Prediction
 if TYPE_CHECKING:
     from co_design.arch import Architecture
 
-__all__ = ["format_report"]
+__all__ = ["format_report", "format_pareto"]
 
 
 def _table(header: Sequence[str], rows: list[Sequence[str]], right: set[int]) -> list[str]:
@@ -83,3 +83,18 @@ def format_report(arch: "Architecture", pred: Prediction, advice: Sequence[Advic
     for n in pred.notes:
         out.append(f"note: {n}")
     return "\n".join(out)
+
+
+def format_pareto(arch: "Architecture", gpu_name: str, front: Sequence[Prediction]) -> str:
+    """The throughput-vs-interactivity front as a table, most interactive last."""
+    if not front:
+        return f"{arch.name} on {gpu_name}: no operating point fits (and meets the SLO)"
+    rows = [
+        [p.deployment.label, f"{p.batch * p.deployment.replicas:,}", f"{p.output_tokens_per_s_per_gpu:,.1f}",
+         f"{p.output_tokens_per_s_per_user:,.1f}", f"{p.ttft_s * 1e3:,.1f}", f"{p.tpot_s * 1e3:,.2f}",
+         f"{p.memory_per_gpu_bytes / 1e9:,.1f}", p.bound]
+        for p in front
+    ]
+    header = ["deployment", "concurrency", "tok/s/GPU", "tok/s/user", "TTFT ms", "TPOT ms", "GB/GPU", "bound"]
+    title = f"Pareto front of {arch.name} on {gpu_name} x{front[0].deployment.gpus}: {len(front)} operating points"
+    return "\n".join([title, ""] + _table(header, rows, right={1, 2, 3, 4, 5, 6}))
