@@ -98,3 +98,14 @@ def test_slo_bounds_the_max_throughput_point(config, capsys):
 def test_slo_with_fixed_concurrency_is_refused(config, capsys):
     assert main(["predict", config, "--concurrency", "4", "--max-ttft-ms", "100"]) == 2
     assert "--max-throughput or --pareto" in capsys.readouterr().err
+
+
+def test_model_that_does_not_fit_is_reported_not_crashed(tmp_path, capsys):
+    big = tmp_path / "big.yaml"
+    big.write_text("hidden: 16384\nlayers: 126\nheads: 128\nkv_heads: 8\nffn: 53248\nvocab: 128256\n")
+    assert main(["predict", str(big), "--hardware", "h100", "--weights", "bf16", "--no-advice"]) == 0
+    out = capsys.readouterr().out
+    assert "DOES NOT FIT" in out and "weights alone 811.7 GB" in out  # 405.85e9 params x 2 bytes
+    assert main(["predict", str(big), "--hardware", "h100", "--weights", "bf16", "--json", "--no-advice"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["fits"] is False and d["memory_gb"]["weights"] == pytest.approx(811.7, rel=1e-3)

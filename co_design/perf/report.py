@@ -38,6 +38,15 @@ def format_report(arch: "Architecture", pred: Prediction, advice: Sequence[Advic
         f"activations {d.activations}, KV cache {d.kv_cache}; ISL {d.isl}, OSL {d.osl}",
         "",
     ]
+    if not pred.fits:
+        m = pred.memory
+        out += [
+            f"  DOES NOT FIT: {m.total_bytes / 1e9:,.1f} GB per GPU needed at batch {pred.batch}, "
+            f"{m.capacity_bytes / 1e9:,.1f} GB usable (weights alone {m.weights_bytes / 1e9:,.1f} GB).",
+            "  Shard it over more GPUs (--tp/--ep/--pp), use a smaller weight or KV-cache format, or a",
+            "  GPU with more memory; the speed figures below are what the model would run at if it fit.",
+            "",
+        ]
     summary = [
         ("fits in memory", "yes" if pred.fits else "NO"),
         ("requests in flight (batch)", f"{pred.batch}"),

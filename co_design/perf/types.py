@@ -289,7 +289,7 @@ class Prediction:
             "tpot_ms": self.tpot_s * 1e3,
             "batch": self.batch,
             "memory_per_gpu_gb": self.memory_per_gpu_bytes / 1e9,
-            "memory": {k: v / 1e9 for k, v in self.memory.to_dict().items()} | {"unit": "GB"},
+            "memory_gb": {k.replace("_bytes", ""): v / 1e9 for k, v in self.memory.to_dict().items()},
             "fits": self.fits,
             "bound": self.bound,
             "notes": list(self.notes),
