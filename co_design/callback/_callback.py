@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.model_helpers import is_overridden
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from torch import nn
 
@@ -273,7 +274,8 @@ class CoDesignCallback(Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        self._find_architecture(pl_module)
+        has_layers = self._check_layers_exist(pl_module)
+        self._find_architecture(pl_module, has_layers=has_layers)
         assert self.architecture is not None
         self.prediction = self._predict(self.architecture)
         self._quantize(pl_module)
@@ -367,10 +369,21 @@ class CoDesignCallback(Callback):
         return metrics
 
     # ------------------------------------------------------------ internals
-    def _find_architecture(self, pl_module: nn.Module) -> None:
+    def _check_layers_exist(self, pl_module: nn.Module) -> bool:
+        """Whether the module has nn.Linear layers yet; fail clearly when it builds them in
+        ``configure_model`` (run after the callback's ``setup``) and the callback needs them."""
+        if any(isinstance(m, nn.Linear) for m in pl_module.modules()):
+            return True
+        if not is_overridden("configure_model", pl_module, pl.LightningModule):
+            return False  # no Linear at all: inference / quantization explain that themselves
+        if self.quant_config is not None:
+            raise ArchitectureError(_configure_model_message(pl_module, "fake-quantize"))
+        return False  # an architecture is only scored; there are no layers to verify it with
+
+    def _find_architecture(self, pl_module: nn.Module, *, has_layers: bool) -> None:
         if self._given_architecture is not None:
             self.architecture = self._given_architecture
-            if not self.verify_architecture:
+            if not (self.verify_architecture and has_layers):
                 return
             mismatches = architecture_mismatches(self.architecture, pl_module)
             if mismatches:
@@ -384,12 +397,14 @@ class CoDesignCallback(Callback):
         try:
             self.inference = infer_architecture(pl_module)
         except ArchitectureError as exc:
+            if is_overridden("configure_model", pl_module, pl.LightningModule):
+                raise ArchitectureError(_configure_model_message(pl_module, "infer the architecture from")) from None
             raise ArchitectureError(
                 f"CoDesignCallback could not infer the architecture of {type(pl_module).__name__}: {exc}"
             ) from None
         self.architecture = self.inference.architecture
         rank_zero_info(f"CoDesignCallback: {self.inference.describe()}")
-        if self.inference.source != "module layers":
+        if self.inference.source != "module layers" and has_layers:
             mismatches = architecture_mismatches(self.architecture, pl_module)
             if mismatches:
                 rank_zero_warn(
@@ -567,6 +582,14 @@ class CoDesignCallback(Callback):
             if self.trial is not None and trainer.is_global_zero:
                 self.trial.set_user_attr(PRUNED_AT_STEP_ATTR, trainer.global_step)
             rank_zero_info(f"CoDesignCallback: stopping the run at step {trainer.global_step}: {self.stop_reason}")
+
+
+def _configure_model_message(pl_module: nn.Module, verb: str) -> str:
+    return (
+        f"CoDesignCallback: {type(pl_module).__name__} builds its layers in configure_model, which Lightning "
+        f"runs after the callback's setup, so at setup there are no layers to {verb}; build the layers in "
+        "__init__, or pass architecture=... and quant=None (prediction only)"
+    )
 
 
 def _quantized_module_names(model: nn.Module) -> list[str]:

@@ -75,7 +75,7 @@ class Transformer(nn.Module):
         self.norm = RMSNorm(arch.hidden)
         self.lm_head = None if arch.tied_embeddings else nn.Linear(arch.hidden, arch.vocab, bias=False)
         self.aux_loss: Tensor = torch.zeros(())
-        self._masks: dict[tuple[int, int, torch.device], Tensor] = {}
+        self._masks: dict[tuple[int, torch.device], Tensor] = {}  # (window, device) -> (T_max, T_max)
         self.apply(self._init_weights)
         residual_std = 0.02 / math.sqrt(2 * arch.layers)
         for name, p in self.named_parameters():
@@ -94,13 +94,16 @@ class Transformer(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def _window_mask(self, seq_len: int, window: int | None, device: torch.device) -> Tensor | None:
-        """Banded causal mask for a windowed layer, built once per (T, window, device) and cached."""
+        """Banded causal mask for a windowed layer: one cached mask per (window, device), built for
+        the longest T seen and sliced (the mask depends only on i - j), so varying lengths do not
+        pile up masks."""
         if window is None or seq_len <= window:
             return None  # plain causal attention (is_causal) is the same thing
-        key = (seq_len, window, device)
-        if key not in self._masks:
-            self._masks[key] = sliding_window_mask(seq_len, window, device)  # (T, T)
-        return self._masks[key]
+        key = (window, device)
+        mask = self._masks.get(key)
+        if mask is None or mask.shape[0] < seq_len:
+            mask = self._masks[key] = sliding_window_mask(seq_len, window, device)  # (T, T)
+        return mask[:seq_len, :seq_len]  # (T, T)
 
     def forward(self, tokens: Tensor) -> Tensor:
         """tokens (B, T) int64 -> logits (B, T, vocab)."""

@@ -21,6 +21,7 @@ makes the global scale non-finite, so the whole output is NaN.
 from __future__ import annotations
 
 import threading
+import warnings
 from typing import Final, Literal, get_args
 
 import torch
@@ -115,7 +116,10 @@ def _nvfp4_scaled(x: Tensor, group_dims: int) -> tuple[Tensor, Tensor]:
 
 
 _scratch = threading.local()
-_SCRATCH_MAX_BYTES = 1 << 28  # keep at most a 256 MiB int32 scratch per thread (CPU only)
+# Keep at most a 64 MiB int32 scratch per thread (CPU only): 16M elements, e.g. 4096 tokens x 4096
+# features. One buffer per thread that only grows to the largest tensor seen (no per-shape
+# entries); bigger tensors get a fresh allocation each call.
+_SCRATCH_MAX_BYTES = 1 << 26
 
 
 def _scratch_like(y: Tensor) -> Tensor:
@@ -125,7 +129,11 @@ def _scratch_like(y: Tensor) -> Tensor:
         return torch.empty_like(y, dtype=torch.int32)
     buf = getattr(_scratch, "buf", None)
     if buf is None or buf.numel() < y.numel():
-        buf = _scratch.buf = torch.empty(y.numel(), dtype=torch.int32)
+        # a normal tensor even when first made under torch.inference_mode (Lightning's
+        # trainer.validate/test/predict, any eval loop): an inference tensor can never again be
+        # written outside inference mode, so every later training step would fail
+        with torch.inference_mode(False):
+            buf = _scratch.buf = torch.empty(y.numel(), dtype=torch.int32)
     return buf[: y.numel()].view(y.shape)
 
 
@@ -163,11 +171,25 @@ def _nvfp4_functional(x: Tensor, group_dims: int) -> Tensor:
 
 
 def _nvfp4_cuda_fused(x: Tensor, group_dims: int) -> Tensor:
-    """torch.compile'd :func:`_nvfp4_functional` (CUDA only): the elementwise chain in one kernel."""
-    global _compiled_nvfp4
+    """torch.compile'd :func:`_nvfp4_functional` (CUDA only): the elementwise chain in one kernel.
+
+    If compiling fails (no working Triton, an unsupported GPU, ...), warn once and stay on the
+    eager path for the rest of the process rather than failing the training step.
+    """
+    global _compiled_nvfp4, use_compile_on_cuda
     if _compiled_nvfp4 is None:
         _compiled_nvfp4 = torch.compile(_nvfp4_functional, dynamic=True)
-    return _compiled_nvfp4(x, group_dims)
+    try:
+        return _compiled_nvfp4(x, group_dims)
+    except Exception as exc:  # torch.compile raises backend-specific types
+        use_compile_on_cuda = False
+        warnings.warn(
+            f"NVFP4 fake-quant: torch.compile failed ({type(exc).__name__}: {str(exc)[:200]}); using the "
+            "eager path from now on (set co_design.quant.formats.use_compile_on_cuda = False to skip compiling)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return _nvfp4_forward(x, group_dims, want_keep=False)[0]
 
 
 #: Set to False to keep CUDA tensors on the eager path (the fused path is used only on CUDA).

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import warnings
 
 import lightning.pytorch as pl
 import optuna
@@ -13,7 +14,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from torch import nn
 
-from co_design.arch import Architecture
+from co_design.arch import Architecture, ArchitectureError
 from co_design.callback import (
     INTERMEDIATE_VALUES_ATTR,
     PRUNED_AT_STEP_ATTR,
@@ -282,3 +283,48 @@ def test_validate_after_fit_records_the_final_step(tmp_path):
     pl.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
                limit_val_batches=1, callbacks=[cb]).validate(module, verbose=False)
     assert 0 not in cb.intermediate_values
+
+
+def test_validate_under_inference_mode_before_qat_fit(tmp_path, monkeypatch):
+    # trainer.validate/test/predict run under torch.inference_mode (fit's own validation does not).
+    # A baseline validation of an already fake-quantized model, then QAT: the fake-quant's first
+    # call (and its CPU scratch buffer) happens under inference mode.
+    import threading
+
+    from co_design.quant import formats, quantize_model
+
+    monkeypatch.setattr(formats, "_scratch", threading.local())  # as in a fresh process
+    lm = LM()
+    quantize_model(lm)
+    cb = CoDesignCallback("b200", architecture=ARCH)
+    t = trainer(tmp_path, cb)
+    t.validate(lm, verbose=False)
+    t.fit(lm)
+    assert t.global_step == 4 and cb.quantized_modules
+
+
+class LateLM(LM):
+    """Builds its network in configure_model (called after the callbacks' setup)."""
+
+    def __init__(self) -> None:
+        pl.LightningModule.__init__(self)
+        self.lr, self.net = 1e-2, None
+
+    def configure_model(self) -> None:
+        if self.net is None:
+            self.net = Net()
+
+
+@pytest.mark.parametrize("architecture", [None, ARCH])
+def test_layers_built_in_configure_model_give_a_clear_error(tmp_path, architecture):
+    t = trainer(tmp_path, CoDesignCallback("b200", architecture=architecture))
+    with pytest.raises(ArchitectureError, match=r"LateLM builds its layers in configure_model.*__init__"):
+        t.fit(LateLM())
+
+
+def test_layers_built_in_configure_model_with_prediction_only(tmp_path):
+    cb = CoDesignCallback("b200", architecture=ARCH, quant=None, warn_alignment=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CoDesignWarning)  # no "contradicts the module" from an empty module
+        trainer(tmp_path, cb).fit(LateLM())
+    assert cb.prediction is not None and not cb.quantized_modules

@@ -294,3 +294,53 @@ def test_matches_reference_with_subnormal_and_flushed_block_scales(dtype: torch.
     _, s = _nvfp4_scales(x.float().reshape(16, 16, 16).abs().amax(-1), 0)  # (16, 16) E4M3 scales
     assert (s == 0).any() and ((s > 0) & (s < 2.0**-6)).any() and (s >= 2.0**-6).any()
     assert torch.equal(fake_quantize_nvfp4(x), reference_fake_quantize_nvfp4(x))
+
+
+def test_scratch_buffer_first_made_under_inference_mode_works_in_training() -> None:
+    # An evaluation under torch.inference_mode (Lightning's trainer.validate/test/predict) before
+    # training: the per-thread scratch buffer made there must stay usable outside it. A fresh
+    # thread has no buffer yet, so its first call allocates one inside inference mode.
+    import threading
+
+    x = torch.randn(8, 64, generator=torch.Generator().manual_seed(3))
+    results: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            with torch.inference_mode():
+                results["eval"] = fake_quantize_nvfp4(x)
+            w = x.clone().requires_grad_()
+            fake_quantize_nvfp4(w).sum().backward()
+            results["train"] = fake_quantize_nvfp4(x)
+            results["grad"] = w.grad
+        except Exception as exc:  # re-raised in the test's thread
+            results["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if "error" in results:
+        raise results["error"]  # type: ignore[misc]
+    expected = reference_fake_quantize_nvfp4(x)
+    assert torch.equal(results["eval"], expected) and torch.equal(results["train"], expected)
+    assert torch.equal(results["grad"], torch.ones_like(x))
+
+
+def test_failed_torch_compile_falls_back_to_eager_with_a_warning(monkeypatch) -> None:
+    # The CUDA fused path compiles lazily; a missing/broken Triton must not fail the training step.
+    from co_design.quant import formats
+
+    def broken_compile(fn, **kwargs):
+        def run(*args):
+            raise RuntimeError("Cannot find a working triton installation")
+
+        return run
+
+    monkeypatch.setattr(formats, "_compiled_nvfp4", None)
+    monkeypatch.setattr(formats, "use_compile_on_cuda", True)
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    x = torch.randn(4, 32, generator=torch.Generator().manual_seed(5))
+    with pytest.warns(RuntimeWarning, match="torch.compile failed.*triton.*eager path"):
+        out = formats._nvfp4_cuda_fused(x, 0)  # the CPU tensor stands in for a CUDA one
+    assert torch.equal(out, reference_fake_quantize_nvfp4(x))
+    assert formats.use_compile_on_cuda is False
