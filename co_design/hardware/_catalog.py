@@ -90,10 +90,18 @@ class GPU:
         for key in ("hbm_bytes", "hbm_usable_bytes", "hbm_bytes_per_s", "nvlink_bytes_per_s", "scaleout_bytes_per_s"):
             if not float(getattr(self, key)) > 0:
                 raise ValueError(f"GPU {self.name!r}: {key} must be > 0, got {getattr(self, key)}")
+        if float(self.hbm_usable_bytes) > float(self.hbm_bytes):
+            raise ValueError(f"GPU {self.name!r}: hbm_usable_bytes={self.hbm_usable_bytes:.4g} exceeds hbm_bytes="
+                             f"{self.hbm_bytes:.4g}; both are bytes (a datasheet's '80 GB' of HBM is 80 GiB = 80 * 2**30)")
         for key in ("gemm_efficiency", "attention_efficiency", "memory_efficiency", "collective_efficiency"):
             v = float(getattr(self, key))
             if not 0 < v <= 1:
                 raise ValueError(f"GPU {self.name!r}: {key} must be in (0, 1], got {v}")
+        for key in ("kernel_overhead_s", "collective_latency_s", "l2_bytes", "tdp_w"):
+            if not float(getattr(self, key)) >= 0:
+                raise ValueError(f"GPU {self.name!r}: {key} must be >= 0, got {getattr(self, key)}")
+        if not self.gemm_tiles:
+            raise ValueError(f"GPU {self.name!r}: gemm_tiles needs at least one [rows, cols, sms_per_tile] entry")
         for tile in self.gemm_tiles:
             if len(tile) != 3 or min(tile) < 1:
                 raise ValueError(f"GPU {self.name!r}: gemm_tiles entries are [rows, cols, sms_per_tile], got {tile}")

@@ -1,8 +1,9 @@
 """Shape advice: dimensions and per-GPU shards off multiples of 128/256, with the model's gain.
 
-For each GEMM-facing dimension (hidden, attention width, FFN, expert FFN,
-shared-expert FFN, vocab) the per-GPU shard is what the kernels see: ``ffn / tp``,
-``expert_ffn / (tp/ep)``, ``heads·head_dim / (tp/helix)``, ``vocab / tp``. A shard
+For each GEMM-facing dimension (hidden, head_dim for non-MLA attention, FFN,
+expert FFN, shared-expert FFN, vocab) the per-GPU shard is what the kernels see:
+``ffn / tp``, ``expert_ffn / (tp/ep)``, ``shared_expert_ffn / tp``, ``vocab / tp``
+(hidden and head_dim are not split). A shard
 that is not a multiple of 128 pays partial tiles (and misses 128-byte K
 alignment); on GPUs with 256-wide tiles (Blackwell 2-SM pairs) a multiple of 128
 that is not one of 256 can still waste half a tile. For each such dimension the

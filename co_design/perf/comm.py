@@ -33,15 +33,20 @@ def link_bytes_per_s(gpu: "GPU", n: int) -> float:
     return peak * gpu.collective_efficiency
 
 
-def collective_time_s(kind: str, nbytes: float, n: int, gpu: "GPU") -> float:
-    """Seconds for collective ``kind`` of ``nbytes`` (see module docstring) among ``n`` GPUs."""
+def collective_time_s(kind: str, nbytes: float, n: int, gpu: "GPU", *, span: int | None = None) -> float:
+    """Seconds for collective ``kind`` of ``nbytes`` (see module docstring) among ``n`` GPUs.
+
+    ``span``: GPUs the communicating group is placed across (default ``n``); the
+    link is NVLink when ``span`` fits in one NVLink domain, else scale-out. A
+    pipeline-stage send between 2 GPUs of a ``tp x pp`` replica larger than the
+    domain crosses domains at some stage boundary: ``n=2, span=tp*pp``.
+    """
+    if kind not in COLLECTIVES:  # checked first: a typo must not pass silently when n == 1
+        raise ValueError(f"unknown collective {kind!r}; use one of {COLLECTIVES}")
     if n <= 1 or nbytes <= 0:
         return 0.0
-    bw = link_bytes_per_s(gpu, n)
+    bw = link_bytes_per_s(gpu, n if span is None else max(n, span))
     if kind == "p2p":
         return gpu.collective_latency_s + nbytes / bw
-    try:
-        factor = _FACTOR[kind]
-    except KeyError:
-        raise ValueError(f"unknown collective {kind!r}; use one of {COLLECTIVES}") from None
+    factor = _FACTOR[kind]
     return gpu.collective_latency_s + factor * (n - 1) / n * nbytes / bw

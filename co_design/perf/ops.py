@@ -16,8 +16,9 @@ Per layer (per GPU, shard shapes after parallelism; see :class:`Shards`):
   Σ_i min(i, window) over prompt positions; FlashAttention IO (Q, K, V, O once).
 * ``attention_decode``: reads each sequence's KV cache (``min(context, window)``
   tokens), FLOPs ``2·heads·(d_qk + d_v)`` per cached token.
-* ``o_proj`` GEMM; ``attn_norm``/``ffn_norm``/``rotary``/``activation``/``router``
-  /``moe_permute`` as memory-bound elementwise ops.
+* ``o_proj`` GEMM (Helix: TP over all ``tp`` ranks after the all-to-all);
+  ``attn_norm``/``ffn_norm``/``rotary``/``activation``/``router``/``moe_permute``
+  as memory-bound elementwise ops.
 * FFN: ``gate_up``/``down`` GEMMs sharded by tp; MoE: ``experts_gate_up``/
   ``experts_down`` grouped GEMMs over the experts the step touches on this GPU,
   ``shared_*`` for shared experts.
@@ -56,6 +57,8 @@ def expected_experts_touched(experts: int, top_k: int, tokens: float) -> float:
     routing), so E[touched] = E · (1 - (1 - k/E)^tokens). One token touches k;
     a large batch touches all E (a decode step reads far more than top-k experts).
     """
+    if not 1 <= top_k <= experts:
+        raise ValueError(f"top_k={top_k} must be between 1 and experts={experts}")
     if tokens <= 0:
         return 0.0
     return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
@@ -82,6 +85,7 @@ class Shards:
     q_dim: int  # per-GPU query width
     kv_dim: int  # per-GPU K (=V) width; MLA: the latent + rope width (shared by heads)
     o_in: int  # per-GPU input width of o_proj
+    o_tp: int  # ways o_proj splits (and ranks of its all-reduce): a_tp, or all tp ranks under Helix
     ffn: int  # dense FFN width per GPU
     experts: int  # experts per GPU
     expert_ffn: int  # expert FFN width per GPU
@@ -115,17 +119,22 @@ def shards(arch: "Architecture", dep: Deployment) -> Shards:
             raise ValueError(f"tp/helix={a_tp} and kv_heads={arch.kv_heads}: one must divide the other "
                              "(KV heads split or replicate evenly)")
     heads = arch.heads // a_tp
+    # Helix: after the all-to-all each GPU holds all sequences' outputs of heads/tp heads, and the
+    # output projection runs TP over all tp ranks (arXiv 2507.07120)
+    o_tp = tp if helix > 1 else a_tp
+    if helix > 1:
+        _check_divides("heads", arch.heads, tp, "tp (Helix output projection)")
     if arch.mla is not None:
         m = arch.mla
         kv_heads = float(heads)
         q_dim = heads * m.qk_head_dim
         kv_dim = m.kv_lora_rank + m.qk_rope_head_dim
-        o_in = heads * m.v_head_dim
+        o_in = arch.heads // o_tp * m.v_head_dim
     else:
         kv_heads = arch.kv_heads / a_tp if a_tp <= arch.kv_heads else 1.0
         q_dim = heads * arch.head_dim
         kv_dim = int(kv_heads * arch.head_dim)
-        o_in = q_dim
+        o_in = arch.heads // o_tp * arch.head_dim
     has_dense = arch.moe_layers < arch.layers
     if has_dense:
         _check_divides("ffn", arch.ffn, tp, "tp")
@@ -143,6 +152,7 @@ def shards(arch: "Architecture", dep: Deployment) -> Shards:
         q_dim=q_dim,
         kv_dim=kv_dim,
         o_in=o_in,
+        o_tp=o_tp,
         ffn=arch.ffn // tp if has_dense else 0,
         experts=arch.experts // ep if arch.is_moe else 0,
         expert_ffn=arch.expert_ffn // moe_tp if arch.is_moe else 0,
@@ -215,8 +225,8 @@ class _Table:
             self.rows.append(OpCost(name, self.phase, "attention", count, t * count, flops * count, nbytes * count,
                                     bound, prec, achieved_fraction=frac))
 
-    def comm(self, name: str, kind: str, nbytes: float, n: int, count: float) -> None:
-        t = collective_time_s(kind, nbytes, n, self.gpu)
+    def comm(self, name: str, kind: str, nbytes: float, n: int, count: float, span: int | None = None) -> None:
+        t = collective_time_s(kind, nbytes, n, self.gpu, span=span)
         if t <= 0 or count <= 0:
             return
         self.by_bound["communication"] += t * count
@@ -226,19 +236,22 @@ class _Table:
 
 
 def step_ops(arch: "Architecture", gpu: "GPU", dep: Deployment, *, decode: float, context: float,
-             prefill_tokens: float, prefill_len: float, phase: str = "decode") -> list[OpCost]:
+             prefill_tokens: float, prefill_len: float, phase: str = "decode",
+             prompt_on_one_rank: bool = False) -> list[OpCost]:
     """Op table of one step (see :func:`_step`)."""
-    return _step(arch, gpu, dep, decode, context, prefill_tokens, prefill_len, phase, True).rows
+    return _step(arch, gpu, dep, decode, context, prefill_tokens, prefill_len, phase, True, prompt_on_one_rank).rows
 
 
 def step_time(arch: "Architecture", gpu: "GPU", dep: Deployment, *, decode: float, context: float,
-              prefill_tokens: float, prefill_len: float) -> dict[str, float]:
+              prefill_tokens: float, prefill_len: float, prompt_on_one_rank: bool = False) -> dict[str, float]:
     """Seconds of one step per bound (``compute``/``memory``/``communication``), without building the table."""
-    return _step(arch, gpu, dep, decode, context, prefill_tokens, prefill_len, "decode", False).by_bound
+    return _step(arch, gpu, dep, decode, context, prefill_tokens, prefill_len, "decode", False,
+                 prompt_on_one_rank).by_bound
 
 
 def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, context: float,
-          prefill_tokens: float, prefill_len: float, phase: str, keep: bool) -> _Table:
+          prefill_tokens: float, prefill_len: float, phase: str, keep: bool,
+          prompt_on_one_rank: bool = False) -> _Table:
     """Op table of one step of one replica on its busiest GPU.
 
     ``decode``: sequences decoding one token each, with ``context`` cached
@@ -246,15 +259,22 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
     prompts of ``prefill_len`` tokens (their attention covers the causal
     triangle of the whole prompt; chunks of one prompt add up to it).
     Counts are per replica (all its tp GPUs); the table is per GPU.
+    ``prompt_on_one_rank``: the prompt tokens belong to one request (TTFT), so
+    under attention-DP they all sit on one attention rank (the busiest GPU)
+    instead of spreading over the ``tp`` ranks as many requests' prompts do.
     """
     s = shards(arch, dep)
     rt = dep.runtime
     t = _Table(gpu, phase, rt.kernel_efficiency, rt.bandwidth_efficiency or rt.kernel_efficiency, keep)
-    w, a, kvp = dep.weights, dep.activations, dep.kv_cache
+    w, kvp = dep.weights, dep.kv_cache
+    # activations live in a format the tensor cores take: nvfp4 on Hopper (no FP4 MMA) runs as fp8
+    a = math_precision(dep.activations, dep.activations, gpu)
     ab, kvb = bytes_per_element(a), bytes_per_element(kvp)
     h, tp = arch.hidden, dep.tp
     tokens = decode + prefill_tokens  # through every FFN, per replica
-    t_attn = tokens / s.a_dp  # tokens through the attention projections on one GPU
+    pf_div = 1 if prompt_on_one_rank else s.a_dp  # attention ranks the prompt tokens spread over
+    pf_attn = prefill_tokens / pf_div  # prompt tokens through attention on the busiest GPU
+    t_attn = decode / s.a_dp + pf_attn  # tokens through the attention projections on one GPU
     dec_attn = decode / s.a_dp  # decoding sequences per GPU (attention)
     n_prompts = prefill_tokens / prefill_len if prefill_len > 0 else 0.0
 
@@ -277,7 +297,7 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
             t.mem("rotary_kv_write", t_attn * (s.q_dim * _BF16 * 2 + s.kv_dim * (_BF16 + kvb)), count)
             kv_tok_bytes = s.kv_dim * kvb
             if prefill_tokens:  # prompt tokens expand the latent: K_nope and V per head
-                t.gemm("kv_b_proj", prefill_tokens / s.a_dp, s.heads * (m.qk_nope_head_dim + m.v_head_dim),
+                t.gemm("kv_b_proj", pf_attn, s.heads * (m.qk_nope_head_dim + m.v_head_dim),
                        m.kv_lora_rank, count, w=w, a=a)
             if decode:  # absorbed decode: q_nope -> latent, latent -> v per head (bf16 batched GEMMs)
                 t.gemm("mla_q_absorb", dec_attn, m.kv_lora_rank, m.qk_nope_head_dim, count, w="bf16", a="bf16",
@@ -285,10 +305,11 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
                 t.gemm("mla_v_up", dec_attn, m.v_head_dim, m.kv_lora_rank, count, w="bf16", a="bf16", groups=s.heads)
             d_qk, d_v = m.qk_head_dim, m.v_head_dim
         if prefill_tokens:
-            pairs = n_prompts * attended_pairs(prefill_len, window) / tp  # prompts spread over all tp ranks
+            # per GPU: heads split a_tp (x helix) ways, prompts over pf_div attention ranks
+            pairs = n_prompts * attended_pairs(prefill_len, window) * (s.a_dp / pf_div) / tp
             # FlashAttention IO: Q, K, V read and O written once per prompt token (K/V re-reads hit L2/SMEM)
             kv_io = 2 * s.kv_dim if arch.mla is None else s.heads * (d_qk + d_v)
-            io = prefill_tokens / s.a_dp * (s.heads * (d_qk + d_v) + kv_io) * _BF16
+            io = pf_attn * (s.heads * (d_qk + d_v) + kv_io) * _BF16
             t.attention("attention_prefill", 2.0 * arch.heads * (d_qk + d_v) * pairs, io, count)
         if decode:
             cached = min(context, window) if window else context
@@ -300,10 +321,12 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
             io = dec_attn * (cached * kv_tok_bytes + s.heads * (d_qk + d_v) * _BF16)
             t.attention("attention_decode", fl, io, count, "bf16")
             if s.kv_split > 1:  # Helix: combine partial outputs + softmax stats across KV ranks
-                t.comm("helix_all_to_all", "all_to_all", dec_attn * s.heads * (d_v + 2) * _BF16 * 2, s.kv_split, count)
+                # per sequence and head: the partial output (d_v, bf16) and its softmax max and sum (2 x fp32)
+                t.comm("helix_all_to_all", "all_to_all", dec_attn * s.heads * (d_v * _BF16 + 2 * 4.0), s.kv_split,
+                       count, span=tp)  # KV ranks stride across the tp group
         t.gemm("o_proj", t_attn, h, s.o_in, count, w=w, a=a)
-        if s.a_tp > 1:
-            t.comm("attn_all_reduce", "all_reduce", tokens * h * _BF16, s.a_tp, count)
+        if s.o_tp > 1:
+            t.comm("attn_all_reduce", "all_reduce", tokens * h * _BF16, s.o_tp, count)
         # -------------------------------------------------------------------- FFN
         t.mem("ffn_norm", t_attn * h * (2 * _BF16 + ab), count)
         if s.a_dp > 1:  # attention-DP: bring every rank's tokens to the FFN
@@ -347,7 +370,7 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
             t.comm("ffn_all_reduce", "all_reduce", tokens * h * _BF16, tp, count)
     # ------------------------------------------------------------- per step
     stage_first = 1.0  # embedding and head: on the first / last stage; the slowest stage is charged both
-    t.mem("embedding", tokens / s.a_dp * h * _BF16 * 2, stage_first)
+    t.mem("embedding", t_attn * h * _BF16 * 2, stage_first)
     heads_in = decode + n_prompts  # sequences producing a next token this step
     t.mem("final_norm", heads_in * h * _BF16 * 3, 1.0)
     t.gemm("lm_head", heads_in, s.vocab, h, 1.0, w="bf16", a="bf16")
@@ -355,5 +378,6 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
     if tp > 1:
         t.comm("logits_all_gather", "all_gather", heads_in * 4.0 * 2, tp, 1.0)  # top-k partials, not full logits
     if dep.pp > 1:
-        t.comm("pp_send_recv", "p2p", tokens * h * _BF16, 2, 1.0)
+        # the slowest stage boundary crosses NVLink domains when the replica (tp * pp GPUs) exceeds one
+        t.comm("pp_send_recv", "p2p", tokens * h * _BF16, 2, 1.0, span=tp * dep.pp)
     return t

@@ -12,8 +12,9 @@ With ``pp`` stages the batch splits into ``pp`` micro-batches in flight.
 * TPOT = pp × (stage time of one micro-batch's iteration) + host overhead
 * output tokens/s per user = 1 / TPOT; per GPU = replicas · B / TPOT / gpus
 * TTFT = the iterations that carry a new prompt (chunks of at most
-  ``max_num_tokens - decode`` tokens beside the running decode batch); queueing
-  before admission is not modelled.
+  ``max_num_tokens - decode`` tokens beside the running decode batch; under
+  attention-DP the prompt sits on one attention rank); queueing before
+  admission is not modelled.
 
 Pure Python.
 """
@@ -86,16 +87,19 @@ def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica
         chunk = dep.isl / n_pf
         pkw = dict(decode=max(0.0, mb - 1), context=dep.isl + dep.osl / 2, prefill_tokens=chunk, prefill_len=dep.isl)
         if with_ops:
-            pf_ops = step_ops(arch, gpu, dep, phase="prefill", **pkw)
+            pf_ops = step_ops(arch, gpu, dep, phase="prefill", prompt_on_one_rank=True, **pkw)
             pf_s = sum(o.time_s for o in pf_ops)
         else:
-            pf_s = sum(step_time(arch, gpu, dep, **pkw).values())
+            pf_s = sum(step_time(arch, gpu, dep, prompt_on_one_rank=True, **pkw).values())
         ttft = n_pf * (dep.pp * pf_s + rt.iteration_overhead_s + rt.request_overhead_s * b / s.a_dp)
         pf_ops = _scaled(pf_ops, n_pf)
     notes: list[str] = []
     if chunks > 1:
         notes.append(f"iteration of {mb + prompt:.0f} tokens exceeds max_num_tokens={rt.max_num_tokens}"
                      f"{f' x {s.a_dp} attention-DP ranks' if s.a_dp > 1 else ''}: runs as {chunks} chunks")
+    if math.ceil(b / s.a_dp) > rt.max_batch:
+        notes.append(f"{math.ceil(b / s.a_dp)} requests per scheduler exceed Runtime.max_batch={rt.max_batch}: "
+                     "the runtime would queue the excess; modelled as if all were in flight")
     if not mem.fits:
         notes.append("does not fit: weights + activations + reserve + KV cache exceed usable HBM "
                      f"({mem.total_bytes / 1e9:.1f} GB needed of {mem.capacity_bytes / 1e9:.1f} GB)")
@@ -128,8 +132,20 @@ def predict(arch: "Architecture", gpu: "GPU | str", deployment: Deployment) -> P
         raise ValueError("predict needs Deployment.concurrency (requests in flight); "
                          "use max_throughput(...) to let the model choose it")
     shards(arch, deployment)  # validate
-    b = math.ceil(deployment.concurrency / deployment.replicas)
-    return _evaluate(arch, gpu, deployment, b, with_ops=True)
+    c, r = deployment.concurrency, deployment.replicas
+    b = math.ceil(c / r)  # the busiest replica: it sets TPOT, TTFT and the op table
+    p = _evaluate(arch, gpu, deployment, b, with_ops=True)
+    if c == b * r:
+        return p
+    # c requests over r replicas: c % r replicas hold b, the rest b - 1 (idle when b == 1); sum their rates
+    full = c - (b - 1) * r
+    tok_s = full * b / p.tpot_s
+    if b > 1:
+        tok_s += (r - full) * (b - 1) / _evaluate(arch, gpu, deployment, b - 1, with_ops=False, with_ttft=False).tpot_s
+    return dataclasses.replace(p, output_tokens_per_s_per_gpu=tok_s / deployment.gpus, batch=c,
+                               deployment=p.deployment.replace(concurrency=c),
+                               notes=p.notes + (f"{c} requests over {r} replicas: {full} hold {b}, "
+                                                f"{r - full} hold {b - 1}; TPOT/TTFT of the busiest",))
 
 
 def _batch_grid(b_max: int, step: float = 1.25) -> list[int]:

@@ -94,7 +94,7 @@ class Deployment:
     * ``pp``: pipeline stages (layers split evenly; the slowest stage sets the pace).
     * ``helix``: KV-parallel degree for decode attention (Helix): the KV cache is
       split along the sequence over ``helix`` ranks, heads over ``tp / helix``;
-      the FFN uses all ``tp`` ranks.
+      the output projection and the FFN use all ``tp`` ranks.
     * ``weights`` / ``activations`` / ``kv_cache``: storage format per tensor class
       (embeddings, lm_head, router and norms stay bf16).
     * ``isl`` / ``osl``: input / output tokens per request.

@@ -23,7 +23,15 @@ def test_every_number_has_a_source(name):
         assert g.sources.get(key), f"{name}.{key} has no source"
     for prec in g.peak_flops_per_s:
         assert g.sources.get(f"peak_flops_per_s.{prec}"), f"{name} peak {prec} has no source"
-    assert g.hbm_usable_bytes <= g.hbm_bytes * 1.1
+    assert g.hbm_usable_bytes <= g.hbm_bytes  # both in bytes: nominal "80 GB" HBM is 80 GiB
+
+
+def test_hbm_capacity_in_binary_bytes_and_usable_checked():
+    # datasheet HBM "GB" are GiB: H100 80 GiB, B200 192 GiB (8 x 24 GiB stacks)
+    assert get_gpu("h100").hbm_bytes == 80 * 2**30
+    assert get_gpu("b200").hbm_bytes == 192 * 2**30
+    with pytest.raises(ValueError, match="hbm_usable_bytes"):
+        get_gpu("h100").replace(hbm_usable_bytes=90 * 2**30)
 
 
 def test_reference_numbers():
@@ -97,3 +105,10 @@ def test_load_gpu_same_name_overrides(tmp_path):
     f.write_text("name: b200\nmemory_efficiency: {value: 0.7, source: 'my measurement'}\n")
     g = load_gpu(f)
     assert g.memory_efficiency == 0.7 and g.sms == 148 and g.sources["memory_efficiency"] == "my measurement"
+
+
+@pytest.mark.parametrize("change", [dict(kernel_overhead_s=-1e-6), dict(collective_latency_s=-1e-6),
+                                    dict(l2_bytes=-1.0), dict(gemm_tiles=())])
+def test_negative_overheads_and_empty_tiles_rejected(change):
+    with pytest.raises(ValueError, match=next(iter(change))):
+        get_gpu("b200").replace(**change)

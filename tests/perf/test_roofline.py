@@ -119,3 +119,41 @@ def test_decode_kv_read_bytes_on_paper():
     q_o = 4 * 8 * 256 * 2.0
     assert att.bytes == pytest.approx(2 * (kv + q_o))  # two layers
     assert att.bound == "memory"
+
+
+def test_expected_experts_touched_rejects_nonsense():
+    with pytest.raises(ValueError, match="top_k=9"):
+        expected_experts_touched(8, 9, 4)
+    with pytest.raises(ValueError, match="top_k=0"):
+        expected_experts_touched(8, 0, 4)
+
+
+def test_experts_touched_per_ep_rank_on_paper():
+    # 64 experts, top-4, EP4 (16 experts per GPU); 8 tokens in the step (decode only)
+    arch = Architecture(hidden=1024, layers=1, heads=8, ffn=512, vocab=1024, experts=64, experts_per_token=4,
+                        expert_ffn=512)
+    dep = Deployment(tp=4, ep=4, weights="bf16", activations="bf16", runtime=IDEAL)
+    ops = {o.name: o for o in step_ops(arch, get_gpu("b200"), dep, decode=8, context=100, prefill_tokens=0,
+                                       prefill_len=1)}
+    touched = round(64 * (1 - (1 - 4 / 64) ** 8) / 4)  # 64*(1-0.9375^8) = 25.5 over 4 ranks -> 6
+    assert touched == 6
+    up = ops["experts_gate_up"]
+    assert up.groups == touched
+    # 8 tokens x top-4 / 4 ranks = 8 assignments on this GPU, spread over 6 experts -> ceil(8/6) = 2 rows
+    assert up.shape == (2, 2 * 512, 1024)
+    # weights read: 6 experts x (gate+up) 1024 x 512 bf16; inputs and outputs of the padded rows
+    assert up.bytes == pytest.approx(6 * (1024 * 1024 * 2 + 2 * 1024 * 2 + 2 * 1024 * 2))
+
+
+def test_nvfp4_activations_on_hopper_move_as_fp8():
+    # H100 has no FP4 tensor cores: W4A4 runs fp8 math, so the GEMM inputs are fp8 (1 B), not 0.5625 B
+    arch = Architecture(hidden=1024, layers=1, heads=8, ffn=4096, vocab=1024)
+    dep = Deployment(weights="nvfp4", activations="nvfp4", runtime=IDEAL)
+    ops = {o.name: o for o in step_ops(arch, get_gpu("h100"), dep, decode=0, context=0, prefill_tokens=64,
+                                       prefill_len=64, phase="prefill")}
+    qkv = ops["qkv_proj"]
+    assert qkv.precision == "fp8"
+    assert qkv.bytes == pytest.approx(3072 * 1024 * 0.5625 + 64 * 1024 * 1.0 + 64 * 3072 * 2.0)
+    b200 = {o.name: o for o in step_ops(arch, get_gpu("b200"), dep, decode=0, context=0, prefill_tokens=64,
+                                        prefill_len=64, phase="prefill")}
+    assert b200["qkv_proj"].bytes == pytest.approx(3072 * 1024 * 0.5625 + 64 * 1024 * 0.5625 + 64 * 3072 * 2.0)

@@ -218,3 +218,77 @@ def test_report_text():
     p = predict(SMALL, "b200", Deployment(concurrency=4))
     text = format_report(SMALL, p, shape_advice(SMALL.replace(ffn=8000), "b200", Deployment(concurrency=4)))
     assert "attention_decode" in text and "Memory per GPU" in text and "ffn=8000" in text
+
+
+def test_concurrency_not_a_multiple_of_replicas_is_not_rounded_up():
+    # 8 single-GPU replicas; 1 request in flight keeps one GPU busy: total = 1/TPOT, per GPU = 1/TPOT/8
+    one = predict(SMALL, "b200", Deployment(gpus=1, concurrency=1))
+    p = predict(SMALL, "b200", Deployment(gpus=8, concurrency=1))
+    assert p.batch == 1 and p.deployment.concurrency == 1
+    assert p.tpot_s == pytest.approx(one.tpot_s)
+    assert p.output_tokens_per_s == pytest.approx(1 / one.tpot_s)
+    assert p.output_tokens_per_s_per_gpu == pytest.approx(1 / one.tpot_s / 8)
+    # 9 requests: one replica holds 2, seven hold 1
+    two = predict(SMALL, "b200", Deployment(gpus=1, concurrency=2))
+    p9 = predict(SMALL, "b200", Deployment(gpus=8, concurrency=9))
+    assert p9.batch == 9 and p9.tpot_s == pytest.approx(two.tpot_s)
+    assert p9.output_tokens_per_s == pytest.approx(2 / two.tpot_s + 7 / one.tpot_s)
+    # a multiple of the replicas is unchanged
+    p16 = predict(SMALL, "b200", Deployment(gpus=8, concurrency=16))
+    assert p16.output_tokens_per_s_per_gpu == pytest.approx(two.output_tokens_per_s_per_gpu)
+
+
+def test_ttft_under_attention_dp_puts_the_prompt_on_one_rank():
+    # DEP4: one new prompt runs on one attention rank, so its attention work per GPU equals
+    # that of a single-GPU attention (a_tp = 1) with the whole prompt -- not a quarter of it.
+    from co_design.perf.ops import step_ops
+
+    d = Deployment(tp=4, ep=4, attention_dp=True, isl=2048, osl=128, concurrency=4)
+    kw = dict(decode=0.0, context=2048, prefill_tokens=2048, prefill_len=2048)
+    one = {o.name: o for o in step_ops(MOE, get_gpu("b200"), d, phase="prefill", prompt_on_one_rank=True, **kw)}
+    spread = {o.name: o for o in step_ops(MOE, get_gpu("b200"), d, phase="prefill", **kw)}
+    pairs = 2048 * 2049 / 2
+    per_layer = 2 * MOE.heads * (2 * MOE.head_dim) * pairs  # all heads, whole prompt, on the busiest GPU
+    assert one["attention_prefill"].flops == pytest.approx(per_layer * MOE.layers)
+    assert spread["attention_prefill"].flops == pytest.approx(per_layer * MOE.layers / 4)
+    assert one["qkv_proj"].shape[0] == 2048 and spread["qkv_proj"].shape[0] == 512
+    p = predict(MOE, "b200", d)
+    ops = [o for o in p.ops if o.phase == "prefill" and o.name == "attention_prefill"]
+    assert ops and ops[0].flops == pytest.approx(per_layer * MOE.layers)
+
+
+def test_helix_output_projection_runs_tp_over_all_ranks_and_all_to_all_bytes():
+    from co_design.perf.ops import step_ops
+
+    arch = Architecture(hidden=4096, layers=1, heads=32, kv_heads=4, ffn=14336, vocab=32000)
+    d = Deployment(tp=8, helix=2, isl=100_000, osl=1000, concurrency=8)
+    ops = {o.name: o for o in step_ops(arch, get_gpu("gb200"), d, decode=8, context=100_000, prefill_tokens=0,
+                                       prefill_len=100_000)}
+    # o_proj: K = 32 heads * 128 / 8 ranks = 512 (not / (tp/helix) = 1024); all-reduce over all 8 ranks
+    assert ops["o_proj"].shape == (8, 4096, 512)
+    assert ops["qkv_proj"].shape == (8, (32 // 4) * 128 + 2 * 128, 4096)  # heads over tp/helix = 4
+    # Helix all-to-all: 8 sequences x 8 heads x (128 bf16 values + 2 fp32 stats) = 8 * 8 * 264 bytes
+    assert ops["helix_all_to_all"].bytes == pytest.approx(8 * 8 * (128 * 2 + 8))
+    w_plain = weights_bytes_per_gpu(arch, d.replace(helix=1))
+    w_helix = weights_bytes_per_gpu(arch, d)
+    # Helix holds q for 8 heads (TP8: 4), one KV head either way (TP8 replicates 1 of 4), o_proj for 4
+    assert w_helix - w_plain == pytest.approx(4096 * 4 * 128 * 0.5625)
+
+
+def test_pipeline_send_crosses_nvlink_domain_when_the_replica_spans_two():
+    # H100: 8 GPUs per NVLink domain. TP8 PP2 = 16 GPUs: the stage boundary goes over scale-out (50 GB/s)
+    from co_design.perf.ops import step_ops
+
+    g = get_gpu("h100")
+    kw = dict(decode=64, context=1000, prefill_tokens=0, prefill_len=1000)
+    nbytes = 64 * BIG.hidden * 2.0
+    for tp, link in ((8, g.scaleout_bytes_per_s), (4, g.nvlink_bytes_per_s)):
+        d = Deployment(tp=tp, pp=2, weights="fp8", activations="fp8")
+        op = next(o for o in step_ops(BIG, g, d, **kw) if o.name == "pp_send_recv")
+        assert op.time_s == pytest.approx(g.collective_latency_s + nbytes / (link * g.collective_efficiency))
+
+
+def test_concurrency_beyond_runtime_max_batch_is_flagged():
+    d = Deployment(isl=64, osl=64, concurrency=40, runtime=Runtime(max_batch=32))
+    assert any("max_batch=32" in n for n in predict(SMALL, "b200", d).notes)
+    assert not any("max_batch" in n for n in predict(SMALL, "b200", d.replace(concurrency=32)).notes)
