@@ -4,7 +4,7 @@ Examples::
 
     python -m search                                    # default CPU-sized study
     python -m search hardware=gb200 space=moe n_trials=50 sampler=nsga2
-    python -m search +experiment=dense_1b_b200_fp8_vs_nvfp4
+    python -m search experiment=dense_1b_b200_fp8_vs_nvfp4
     python -m search --cfg job                          # print the composed config
 """
 
@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from search.app import main_entry
 from search.config import register_configs
-from search.paths import register_resolvers
+from search.paths import register_resolvers, unknown_group_option
 
 register_configs()
 register_resolvers()
@@ -31,4 +31,8 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    problem = unknown_group_option(sys.argv[1:])
+    if problem:  # before Hydra, whose report of it is a dozen lines of search path
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
     main()

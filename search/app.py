@@ -26,15 +26,25 @@ from typing import Any, Callable
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from search.config import OBJECTIVES, ConfigError, SearchConfig, to_search_config, validate
-from search.objective import FAIL_REASON_ATTR, Objective
-from search.results import parallel_coordinates_html, print_pareto_table, write_plots, write_results
+from search.config import (
+    OBJECTIVES,
+    ConfigError,
+    SearchConfig,
+    show_progress_bars,
+    steps_of,
+    study_settings,
+    to_search_config,
+    validate,
+)
+from search.objective import FAIL_REASON_ATTR, INTERRUPTED, Objective
+from search.results import parallel_coordinates_html, print_pareto_table, trial_row, write_plots, write_results
+from search.space import parallelism_coverage
 from search.tracking import make_tracker
 
 __all__ = ["run", "RunResult", "make_storage", "make_sampler", "open_study", "finished_count", "main_entry"]
 
 log = logging.getLogger("search")
-INTERRUPTED = "interrupted"
+SETTINGS_ATTR = "settings"  # study user attribute: config.study_settings of the run that created it
 
 
 @dataclass
@@ -72,10 +82,26 @@ def make_storage(url: str | None, run_dir: Path) -> tuple[Any, str]:
     if path is not None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         return JournalStorage(JournalFileBackend(path)), f"journal://{os.path.abspath(path)}"
-    with warnings.catch_warnings():  # heartbeat_interval is marked experimental in optuna 5.0
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        storage = RDBStorage(url, engine_kwargs={"pool_pre_ping": True}, heartbeat_interval=60, grace_period=180)
-    return storage, url
+    try:  # shown in logs and summary.json: no password
+        from sqlalchemy.engine import make_url
+
+        shown = make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        shown = url
+    try:
+        with warnings.catch_warnings():  # heartbeat_interval is marked experimental in optuna 5.0
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            storage = RDBStorage(url, engine_kwargs={"pool_pre_ping": True}, heartbeat_interval=60, grace_period=180)
+    except Exception as exc:  # unknown dialect, missing driver, unreachable server, bad credentials
+        text = " ".join(str(exc).split())[:300]
+        raise ConfigError(
+            [
+                f"storage={shown!r} cannot be opened ({type(exc).__name__}: {text}); give a reachable Optuna storage "
+                "URL (sqlite:///study.db, postgresql+psycopg://user@host/db, mysql+pymysql://user@host/db, "
+                "journal:///path/study.journal) or storage=null for the journal file in the run dir"
+            ]
+        ) from None
+    return storage, shown
 
 
 def make_sampler(cfg: SearchConfig, *, resumed_trials: int = 0) -> optuna.samplers.BaseSampler:
@@ -120,10 +146,12 @@ def open_study(cfg: SearchConfig, storage: Any) -> optuna.Study:
     if existing:
         study.sampler = make_sampler(cfg, resumed_trials=existing)
     stored = study.user_attrs.get("objectives")
+    settings = study_settings(cfg)
     if stored is None:
         study.set_user_attr("objectives", names)
         study.set_user_attr("space", cfg.space.name)
         study.set_user_attr("hardware", cfg.hardware.gpu)
+        study.set_user_attr(SETTINGS_ATTR, settings)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(names)
@@ -134,6 +162,22 @@ def open_study(cfg: SearchConfig, storage: Any) -> optuna.Study:
                 f"not {names}; use the same objectives to resume it or another study_name for a new study"
             ]
         )
+    else:
+        old = study.user_attrs.get(SETTINGS_ATTR)
+        if old is None:  # a study from before settings were recorded: record them now
+            study.set_user_attr(SETTINGS_ATTR, settings)
+        else:
+            changed = [k for k in sorted(set(old) | set(settings)) if old.get(k) != settings.get(k)]
+            if changed:
+                shown = "; ".join(f"{k}: {old.get(k)!r} -> {settings.get(k)!r}" for k in changed[:6])
+                more = f" (and {len(changed) - 6} more)" if len(changed) > 6 else ""
+                raise ConfigError(
+                    [
+                        f"study_name={cfg.study_name!r} already exists in this storage with other settings: "
+                        f"{shown}{more}. Its trials would not be comparable with new ones; give this run its own "
+                        f"study (e.g. study_name={cfg.study_name}-2) or use the original settings to resume it"
+                    ]
+                )
     return study
 
 
@@ -190,6 +234,78 @@ def _resolve_gpu(cfg: SearchConfig) -> Any:
     return gpu
 
 
+def _check_proxy_device(cfg: SearchConfig) -> None:
+    """A proxy asking for a GPU (``proxy=gpu`` sets ``proxy.accelerator: gpu``) needs one, before any trial runs."""
+    if "loss" not in cfg.objectives.names or cfg.proxy.accelerator not in ("gpu", "cuda"):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigError(
+            [
+                f"proxy.accelerator={cfg.proxy.accelerator} but this machine has no CUDA device (the proxy trains "
+                f"{steps_of(cfg.proxy):,} steps of {cfg.proxy.data.batch_size} x {cfg.proxy.data.seq_len} tokens per "
+                "trial); on this machine run objectives=perf_only (the performance objectives, no training), or "
+                "proxy.accelerator=cpu to train this proxy on the CPU anyway (hours per trial for GPU-sized "
+                "proxies; proxy=tiny/small shrink a candidate by fixed factors, too little for full-size spaces)"
+            ]
+        )
+
+
+#: bytes per trained parameter: fp32 weights, gradients and AdamW's two moments (a lower bound: no activations)
+TRAIN_STATE_BYTES_PER_PARAM = 16
+
+
+def _check_proxy_memory(cfg: SearchConfig, vocab: int, say: Callable[[str], None]) -> None:
+    """Say how large the proxies are; refuse a space whose smallest proxy cannot be trained here.
+
+    The bound is the training state alone (:data:`TRAIN_STATE_BYTES_PER_PARAM`) against
+    the device's memory (GPU memory, or the machine's RAM for a CPU proxy): a proxy over
+    it fails out of memory in every trial, so the study stops before the first.
+    """
+    import torch
+
+    from search.proxy import reduce_architecture, trainer_settings
+    from search.space import human_count, space_corners
+
+    small, large = (
+        reduce_architecture(c.arch, cfg.proxy.reduction, vocab).param_counts().total
+        for c in space_corners(cfg.space, cfg.deployment)
+    )
+    if trainer_settings(cfg.proxy.accelerator, cfg.proxy.precision)["accelerator"] == "cpu":
+        where, capacity = "RAM", os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    else:
+        where, capacity = "GPU memory", torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    r = cfg.proxy.reduction
+    say(
+        f"proxies: {human_count(small)} to {human_count(large)} parameters (proxy.reduction width={r.width} "
+        f"depth={r.depth} experts={r.experts} of full-size candidates of {human_count(_full_params(cfg, 0))} "
+        f"to {human_count(_full_params(cfg, 1))})"
+    )
+    need_small_gb, need_large_gb = (n * TRAIN_STATE_BYTES_PER_PARAM / 1e9 for n in (small, large))
+    if need_small_gb > capacity / 1e9:
+        raise ConfigError(
+            [
+                f"the smallest proxy of space={cfg.space.name!r} has {human_count(small)} parameters: training it "
+                f"needs at least {need_small_gb:,.0f} GB and this machine has {capacity / 1e9:,.0f} GB of {where}; "
+                "shrink it with proxy.reduction.width/depth/experts (e.g. proxy=gpu on a GPU), use a smaller space, "
+                "or objectives=perf_only to skip training"
+            ]
+        )
+    if need_large_gb > capacity / 1e9:
+        say(
+            f"note: proxies above ~{capacity / TRAIN_STATE_BYTES_PER_PARAM:,.3g} parameters cannot be trained in "
+            f"{capacity / 1e9:,.0f} GB of {where} (the largest has {human_count(large)}); such trials will FAIL "
+            "out of memory; shrink the proxies with proxy.reduction.* to avoid it"
+        )
+
+
+def _full_params(cfg: SearchConfig, corner: int) -> int:
+    from search.space import space_corners
+
+    return space_corners(cfg.space, cfg.deployment)[corner].arch.param_counts().total
+
+
 def _check_precisions(cfg: SearchConfig, gpu: Any) -> None:
     """Every precision the study may serve in must exist on the GPU (before any trial runs)."""
     wanted = {cfg.deployment.weights, cfg.deployment.activations, *cfg.space.precisions}
@@ -218,12 +334,13 @@ def run(
     t_start = time.perf_counter()
     cfg = validate(to_search_config(cfg))
     run_dir = Path(run_dir or cfg.output_dir or Path("outputs") / cfg.study_name).resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
     try:
         gpu = _resolve_gpu(cfg)
     except (ValueError, TypeError) as exc:  # a bad GPU file or override value
         raise ConfigError([f"hardware: {exc}; fix hardware.file or hardware.overrides"]) from None
     _check_precisions(cfg, gpu)
+    _check_proxy_device(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
     storage, storage_url = make_storage(cfg.storage, run_dir)
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # this job prints its own line per trial
     study = open_study(cfg, storage)
@@ -232,6 +349,12 @@ def run(
     say = _say
     done = finished_count(study)
     remaining = max(0, cfg.n_trials - done)
+    served, layouts, why = parallelism_coverage(cfg.space, cfg.deployment)
+    if served < layouts:
+        say(
+            f"note: {layouts - served} of the {layouts} head layouts of space={cfg.space.name!r} have no working "
+            f"parallelism choice (e.g. {why[0] if why else '?'}); such candidates end PRUNED before training"
+        )
     if orphans:
         say(f"marked trial(s) {orphans} of a killed run as FAIL (interrupted); they do not count")
     if done:
@@ -245,19 +368,28 @@ def run(
         cfg, gpu=gpu, run_dir=str(run_dir), tracker=tracker, datamodule_factory=datamodule_factory, train_fn=train_fn
     )
     if objective.needs_proxy and remaining:
-        objective.datamodule()  # build (or find cached) the corpus before the first trial starts
+        dm = objective.datamodule()  # build (or find cached) the corpus before the first trial starts
+        _check_proxy_memory(cfg, int(dm.vocab_size), say)
 
-    state = {"ran": 0}
+    state = {"ran": 0, "reported_at": 0.0, "report_s": 0.0}
 
     def after_trial(study: optuna.Study, trial: FrozenTrial) -> None:
         state["ran"] += 1
-        row = None
+        row = trial_row(trial, names, pareto=False)
         try:  # reporting problems are logged; they must not end the study
-            summary = write_results(study, names, run_dir, storage=storage_url, n_trials=cfg.n_trials)
-            row = next((r for r in summary["rows"] if r["trial"] == trial.number), None)
+            # Rewrite the files and plots after a trial unless that would take more than ~10% of the
+            # run: each rewrite reads every trial, so for millisecond (performance-only) trials it
+            # would dominate; they are then rewritten once the trials since the last rewrite took
+            # 9x its cost, and always at the end.
+            if time.perf_counter() - state["reported_at"] >= 9 * state["report_s"]:
+                t0 = time.perf_counter()
+                summary = write_results(study, names, run_dir, storage=storage_url, n_trials=cfg.n_trials)
+                row = next((r for r in summary["rows"] if r["trial"] == trial.number), row)
+                if cfg.plots:
+                    _plots(study, names, run_dir, summary)
+                state["reported_at"] = time.perf_counter()
+                state["report_s"] = state["reported_at"] - t0
             tracker.finish_trial(trial, row)
-            if cfg.plots:
-                _plots(study, names, run_dir, summary)
         except Exception as exc:
             log.warning("results of trial %d not fully written: %s: %s", trial.number, type(exc).__name__, exc)
         say(_trial_line(trial, row, names))
@@ -265,20 +397,24 @@ def run(
             study.stop()
 
     interrupted = False
+    failures = _FailedTrialLog(run_dir / "errors.log")
+    optuna_logger = logging.getLogger("optuna.study._optimize")
     if remaining:
+        optuna_logger.addFilter(failures)
         try:
             study.optimize(
                 objective,
                 n_trials=remaining,
                 catch=(Exception,),
                 callbacks=[after_trial],
-                gc_after_trial=True,
-                show_progress_bar=not cfg.quiet,
+                gc_after_trial=objective.needs_proxy,  # frees a proxy's (GPU) memory; ~80 ms, wasted on perf-only trials
+                show_progress_bar=show_progress_bars(cfg),
             )
         except KeyboardInterrupt:
             interrupted = True
             say("interrupted: finished trials are saved; run the same command to resume")
         finally:
+            optuna_logger.removeFilter(failures)
             tracker.close()
 
     summary = write_results(study, names, run_dir, storage=storage_url, n_trials=cfg.n_trials)
@@ -303,6 +439,8 @@ def run(
     )
     print_pareto_table(summary, title=title)  # printed even when quiet: it is the job's answer
     print(f"results: {run_dir}/pareto.csv, pareto.json, trials.csv, summary.json, plots/")
+    if failures.written:
+        print(f"tracebacks of failed trials: {failures.path}")
     if wandb_dir:
         print(f"W&B summary run: {wandb_dir} (mode {tracker.mode})")
     dashboard = storage_url.removeprefix("journal://") if storage_url.startswith("journal://") else storage_url
@@ -318,6 +456,30 @@ def run(
         wandb_summary_dir=wandb_dir,
         seconds=time.perf_counter() - t_start,
     )
+
+
+class _FailedTrialLog(logging.Filter):
+    """Move Optuna's per-failure traceback from the console to ``<run dir>/errors.log``.
+
+    Optuna logs every failed trial with its full traceback; the job already prints the
+    trial's one-line reason, so the console keeps that line and the file keeps the
+    traceback for whoever debugs it.
+    """
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+        self.written = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        if not msg.startswith("Trial ") or " failed with " not in msg:
+            return True
+        if " failed with parameters" in msg:
+            with open(self.path, "a") as f:
+                f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {logging.Formatter().format(record)}\n\n")
+            self.written = True
+        return False
 
 
 def _plots(study: optuna.Study, names: list[str], run_dir: Path, summary: dict[str, Any]) -> dict[str, str]:
@@ -342,7 +504,7 @@ def _trial_line(trial: FrozenTrial, row: dict[str, Any] | None, names: list[str]
     row = row or {}
     parts = [f"trial {trial.number:>3} {trial.state.name:<8}", str(row.get("shape") or "")]
     if trial.state == TrialState.COMPLETE and trial.values:
-        parts.append("  ".join(f"{n}={v:,.4g}" for n, v in zip(names, trial.values)))
+        parts.append("  ".join(f"{n}={v:,.0f}" if abs(v) >= 1000 else f"{n}={v:.4g}" for n, v in zip(names, trial.values)))
     if row.get("reason"):
         parts.append(f"({row['reason']})")
     if row.get("proxy_seconds"):

@@ -37,6 +37,9 @@ __all__ = [
     "register_configs",
     "to_search_config",
     "validate",
+    "show_progress_bars",
+    "steps_of",
+    "study_settings",
 ]
 
 #: objective name -> (direction, human label with unit). The loss is the proxy's
@@ -285,7 +288,7 @@ class SearchConfig:
     study_name: str = "co-design"
     storage: Optional[str] = None  # Optuna storage URL; None: journal file in the run dir
     seed: int = 0
-    quiet: bool = False
+    quiet: bool = False  # no progress bars (they are shown only when stdout is a terminal anyway)
     output_dir: Optional[str] = None  # default: Hydra's run dir
     plots: bool = True
     recipe: Optional[str] = None  # name of the selected recipe (set by recipes/experiment/*.yaml), informative
@@ -308,7 +311,7 @@ def to_search_config(cfg: Any) -> SearchConfig:
         cfg = OmegaConf.create(cfg)
     unknown = _unknown_keys(OmegaConf.to_container(cfg, resolve=False), SearchConfig, "")
     if unknown:
-        raise ConfigError([f"unknown key {k!r}; check the spelling (the schema is search/config.py)" for k in unknown])
+        raise ConfigError([f"unknown key {k!r}; {_did_you_mean(k)}(the schema is search/config.py)" for k in unknown])
     merged = OmegaConf.merge(OmegaConf.structured(SearchConfig), cfg)
     missing = sorted(k for k in OmegaConf.missing_keys(merged) if not k.startswith("hydra"))
     if missing:
@@ -317,6 +320,21 @@ def to_search_config(cfg: Any) -> SearchConfig:
     obj = OmegaConf.to_object(merged)
     assert isinstance(obj, SearchConfig)
     return obj
+
+
+def _did_you_mean(key: str) -> str:
+    """``did you mean 'proxy.budget.steps'? `` for a misspelt dotted key (its closest sibling), else ``check the spelling ``."""
+    import difflib
+    import typing
+
+    *parents, leaf = key.split(".")
+    schema: Any = SearchConfig
+    for part in parents:
+        schema = typing.get_type_hints(schema).get(part)
+        if not dataclasses.is_dataclass(schema):
+            return "check the spelling "
+    close = difflib.get_close_matches(leaf, list(typing.get_type_hints(schema)), n=1)
+    return f"did you mean {'.'.join([*parents, close[0]])!r}? " if close else "check the spelling "
 
 
 def _unknown_keys(data: Any, schema: type, prefix: str) -> list[str]:
@@ -431,7 +449,7 @@ def _validate_space(cfg: SearchConfig, problems: list[str]) -> None:
     _range(problems, "space.hidden", s.hidden)
     if s.heads_multiple < 1:
         problems.append(f"space.heads_multiple={s.heads_multiple}: must be >= 1")
-    elif len(s.hidden) == 2 and s.head_dim and all(h > 0 for h in s.head_dim):
+    elif len(s.hidden) == 2 and s.head_dim and all(h >= 8 and s.alignment % h == 0 for h in s.head_dim):
         from search.space import hidden_step
 
         step = hidden_step(s)
@@ -452,8 +470,9 @@ def _validate_space(cfg: SearchConfig, problems: list[str]) -> None:
         for h in s.head_dim:
             if s.alignment % h:
                 problems.append(
-                    f"space.head_dim choice {h} does not divide space.alignment={s.alignment}, so "
-                    "hidden / head_dim would not be a whole number of heads; use head_dims dividing the alignment (e.g. 64, 128)"
+                    f"space.alignment={s.alignment} is not a multiple of the space.head_dim choice {h}, so "
+                    "hidden / head_dim would not be a whole number of heads; use an alignment such as 128, 256 or 512 "
+                    "(or head_dims dividing it)"
                 )
     if not s.kv_heads or any(k < 1 for k in s.kv_heads):
         problems.append(f"space.kv_heads={list(s.kv_heads)}: give choices >= 1, e.g. [1, 2, 4, 8]")
@@ -576,8 +595,6 @@ def _validate_sampler(cfg: SearchConfig, problems: list[str]) -> None:
         problems.append(f"sampler.n_startup_trials={s.n_startup_trials}: must be >= 0 or null")
     if s.population_size is not None and s.population_size < 2:
         problems.append(f"sampler.population_size={s.population_size}: must be >= 2 or null")
-    if s.name == "nsga3" and len(cfg.objectives.names) < 2:
-        problems.append("sampler=nsga3 needs at least 2 objectives")
 
 
 def _validate_tracking(cfg: SearchConfig, problems: list[str]) -> None:
@@ -601,8 +618,28 @@ def _validate_top(cfg: SearchConfig, problems: list[str]) -> None:
             )
 
 
+def _validate_parallelism(cfg: SearchConfig, problems: list[str]) -> None:
+    """Some parallelism choice must serve some shape of the space, else every trial would be infeasible."""
+    from search.space import parallelism_coverage
+
+    d = cfg.deployment
+    ok, total, reasons = parallelism_coverage(cfg.space, d)
+    if ok == 0:
+        choices = f"tp={list(d.tp)} ep={list(d.ep)} pp={list(d.pp)} helix={list(d.helix)} attention_dp={list(d.attention_dp)}"
+        problems.append(
+            f"no parallelism choice of deployment ({choices}, gpus={d.gpus}) can serve any of the {total} head "
+            f"layouts of space={cfg.space.name!r}, so every trial would be infeasible (e.g. {'; '.join(reasons)}); "
+            "choose deployment.tp/helix that divide the heads (heads = hidden / head_dim), or set "
+            "space.heads_multiple to a multiple of the TP degree"
+        )
+
+
 def validate(cfg: SearchConfig) -> SearchConfig:
-    """Check the whole configuration; raise :class:`ConfigError` listing every problem."""
+    """Check the whole configuration; raise :class:`ConfigError` listing every problem.
+
+    The cross-group check that the deployment can serve the space runs only when
+    everything else is valid (its inputs must be sound first).
+    """
     problems: list[str] = []
     for check in (
         _validate_top,
@@ -615,9 +652,60 @@ def validate(cfg: SearchConfig) -> SearchConfig:
         _validate_tracking,
     ):
         check(cfg, problems)
+    if not problems:
+        _validate_parallelism(cfg, problems)
     if problems:
         raise ConfigError(problems)
     return cfg
+
+
+def study_settings(cfg: SearchConfig) -> dict[str, Any]:
+    """The settings that give a study's objective values their meaning, flattened to dotted keys.
+
+    Stored with a new study and compared on resume: trials scored on another GPU,
+    deployment or space, or proxies trained differently, are not comparable, and a
+    front mixing them would be wrong. Run-time knobs (``n_trials``, sampler, tracking,
+    plots, the proxy's device, threads and early stopping) may change between runs.
+    """
+    import json
+
+    data: dict[str, Any] = {
+        "objectives": {"names": list(cfg.objectives.names)},
+        "hardware": dataclasses.asdict(cfg.hardware),
+        "deployment": dataclasses.asdict(cfg.deployment),
+        "space": dataclasses.asdict(cfg.space),
+    }
+    if "loss" in cfg.objectives.names:
+        proxy = dataclasses.asdict(cfg.proxy)
+        for key in ("accelerator", "precision", "threads", "early_stopping", "reuse_losses"):
+            proxy.pop(key)
+        for key in ("num_workers", "cache_dir"):
+            proxy["data"].pop(key)
+        data["proxy"] = proxy
+        data["seed"] = cfg.seed  # the proxy's initialisation and data order
+
+    flat: dict[str, Any] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict) and value:
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        else:
+            flat[prefix] = value
+
+    walk("", json.loads(json.dumps(data, default=str)))
+    return flat
+
+
+def show_progress_bars(cfg: SearchConfig) -> bool:
+    """Progress bars (Optuna's across trials, Lightning's within one) only on a terminal and not ``quiet``.
+
+    In a log file (``> log``, a batch system) their carriage-return redraws pile up into
+    long padded lines; the job's one line per trial is the progress there.
+    """
+    import sys
+
+    return not cfg.quiet and sys.stdout.isatty()
 
 
 def steps_of(cfg: ProxyConfig) -> int:

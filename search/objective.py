@@ -57,12 +57,17 @@ __all__ = [
     "DominatedStoppingRule",
     "operating_point",
     "objective_value",
+    "perf_slo",
     "PERF_ATTR",
+    "FAIL_REASON_ATTR",
+    "INFEASIBLE_ATTR",
+    "INTERRUPTED",
 ]
 
 PERF_ATTR = "prediction"  # user attribute: the chosen operating point's prediction (JSON)
 FAIL_REASON_ATTR = "fail_reason"
 INFEASIBLE_ATTR = "infeasible"
+INTERRUPTED = "interrupted"  # FAIL reasons starting with it: Ctrl-C or a killed worker; not counted toward n_trials
 
 
 class NonFiniteLossError(RuntimeError):
@@ -93,6 +98,17 @@ def _slo_violation(slo: Any, p: Any) -> float:
     return worst
 
 
+def perf_slo(slo: Any) -> Any:
+    """:class:`co_design.perf.SLO` of a :class:`search.config.SLOConfig`; None when no field is set."""
+    if not slo.is_set:
+        return None
+    from co_design import perf
+
+    return perf.SLO(
+        min_tokens_per_s_per_user=slo.min_tokens_per_s_per_user, max_ttft_s=slo.max_ttft_s, max_tpot_s=slo.max_tpot_s
+    )
+
+
 def operating_point(arch: Architecture, gpu: Any, deployment_cfg: Any, precision: str | None = None) -> OperatingPoint:
     """Score ``arch`` under every valid parallelism choice; keep the best feasible one.
 
@@ -104,13 +120,7 @@ def operating_point(arch: Architecture, gpu: Any, deployment_cfg: Any, precision
     from co_design import perf
 
     d = deployment_cfg
-    slo = None
-    if d.slo.is_set:
-        slo = perf.SLO(
-            min_tokens_per_s_per_user=d.slo.min_tokens_per_s_per_user,
-            max_ttft_s=d.slo.max_ttft_s,
-            max_tpot_s=d.slo.max_tpot_s,
-        )
+    slo = perf_slo(d.slo)
     weights = precision or d.weights
     activations = precision or d.activations
     reasons: list[str] = []
@@ -290,7 +300,7 @@ class Objective:
         except optuna.TrialPruned:
             raise
         except KeyboardInterrupt:
-            trial.set_user_attr(FAIL_REASON_ATTR, "interrupted (KeyboardInterrupt)")
+            trial.set_user_attr(FAIL_REASON_ATTR, f"{INTERRUPTED} (KeyboardInterrupt)")
             raise
         except Exception as exc:  # recorded, then re-raised: study.optimize(catch=...) marks FAIL and goes on
             trial.set_user_attr(FAIL_REASON_ATTR, _reason(exc))

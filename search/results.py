@@ -26,10 +26,12 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from search.config import OBJECTIVES
+from search.objective import FAIL_REASON_ATTR, INFEASIBLE_ATTR, PERF_ATTR
 from search.space import human_count
 
 __all__ = [
     "trial_rows",
+    "trial_row",
     "pareto_rows",
     "reference_point",
     "hypervolume",
@@ -63,7 +65,7 @@ PARETO_COLUMNS = [
 
 def _reason(t: FrozenTrial) -> str | None:
     a = t.user_attrs
-    for key in ("fail_reason", "infeasible"):
+    for key in (FAIL_REASON_ATTR, INFEASIBLE_ATTR):
         if key in a:
             return str(a[key])
     if t.state == TrialState.PRUNED and "pruned_at_step" in a:
@@ -81,39 +83,41 @@ def trial_rows(study: optuna.Study, objectives: Sequence[str]) -> list[dict[str,
         front = {t.number for t in study.best_trials}
     except Exception:  # no complete trial yet
         front = set()
-    rows = []
-    for t in study.get_trials(deepcopy=False, states=FINISHED):
-        a = t.user_attrs
-        pred = a.get("prediction") or {}
-        row: dict[str, Any] = {
-            "trial": t.number,
-            "state": t.state.name,
-            "pareto": t.number in front,
-            "shape": a.get("shape"),
-            "precision": a.get("precision"),
-            "params_total": a.get("params_total"),
-            "params_active": a.get("params_active"),
-            "loss": a.get("proxy_loss"),
-            "tokens_per_s_per_gpu": pred.get("output_tokens_per_s_per_gpu"),
-            "tokens_per_s_per_user": pred.get("output_tokens_per_s_per_user"),
-            "ttft_ms": pred.get("ttft_ms"),
-            "tpot_ms": pred.get("tpot_ms"),
-            "deployment": a.get("deployment_label"),
-            "batch": pred.get("batch"),
-            "memory_per_gpu_gb": pred.get("memory_per_gpu_gb"),
-            "bound": pred.get("bound"),
-            "proxy_params": a.get("proxy_params"),
-            "proxy_seconds": a.get("proxy_seconds"),
-            "feasible": all(v <= 0 for v in t.constraints.values()),
-            "reason": _reason(t),
-        }
-        if t.state == TrialState.COMPLETE and t.values is not None:
-            for name, v in zip(objectives, t.values):
-                row[name] = v
-        for k, v in t.params.items():
-            row[f"param_{k}"] = v
-        rows.append(row)
-    return rows
+    return [trial_row(t, objectives, pareto=t.number in front) for t in study.get_trials(deepcopy=False, states=FINISHED)]
+
+
+def trial_row(t: FrozenTrial, objectives: Sequence[str], *, pareto: bool) -> dict[str, Any]:
+    """The flat row of one finished trial (see :func:`trial_rows`)."""
+    a = t.user_attrs
+    pred = a.get(PERF_ATTR) or {}
+    row: dict[str, Any] = {
+        "trial": t.number,
+        "state": t.state.name,
+        "pareto": pareto,
+        "shape": a.get("shape"),
+        "precision": a.get("precision"),
+        "params_total": a.get("params_total"),
+        "params_active": a.get("params_active"),
+        "loss": a.get("proxy_loss"),
+        "tokens_per_s_per_gpu": pred.get("output_tokens_per_s_per_gpu"),
+        "tokens_per_s_per_user": pred.get("output_tokens_per_s_per_user"),
+        "ttft_ms": pred.get("ttft_ms"),
+        "tpot_ms": pred.get("tpot_ms"),
+        "deployment": a.get("deployment_label"),
+        "batch": pred.get("batch"),
+        "memory_per_gpu_gb": pred.get("memory_per_gpu_gb"),
+        "bound": pred.get("bound"),
+        "proxy_params": a.get("proxy_params"),
+        "proxy_seconds": a.get("proxy_seconds"),
+        "feasible": all(v <= 0 for v in t.constraints.values()),
+        "reason": _reason(t),
+    }
+    if t.state == TrialState.COMPLETE and t.values is not None:
+        for name, v in zip(objectives, t.values):
+            row[name] = v
+    for k, v in t.params.items():
+        row[f"param_{k}"] = v
+    return row
 
 
 def pareto_rows(rows: list[dict[str, Any]], objectives: Sequence[str]) -> list[dict[str, Any]]:
@@ -331,15 +335,25 @@ def format_pareto_table(front: list[dict[str, Any]]) -> list[list[str]]:
 
 
 def print_pareto_table(summary: dict[str, Any], *, title: str) -> None:
-    """Print the Pareto front with rich (plain text when the output is not a terminal)."""
+    """Print ``title`` and the Pareto front as a rich table (plain text when the output is not a terminal).
+
+    The title is a plain line, not the table's centred caption, so a log file gets no
+    space padding around it.
+    """
     from rich.console import Console
     from rich.table import Table
 
+    print(title, flush=True)
+    if not summary["pareto"]:
+        print("  (no feasible COMPLETE trial yet: nothing on the front; see trials.csv for the reasons)")
+        return
     cells = format_pareto_table(summary["pareto"])
-    table = Table(title=title, show_lines=False)
-    for h in cells[0]:
+    keep = [i for i in range(len(cells[0])) if any(row[i] != "-" for row in cells[1:])]  # e.g. no loss in perf-only
+    table = Table(show_lines=False)
+    for i in keep:
+        h = cells[0][i]
         table.add_column(h, justify="left" if h in ("shape", "deployment", "prec") else "right")
     for row in cells[1:]:
-        table.add_row(*row)
+        table.add_row(*(row[i] for i in keep))
     console = Console(width=max(160, Console().width))
     console.print(table)

@@ -30,6 +30,8 @@ __all__ = [
     "human_count",
     "hidden_step",
     "largest_divisor_at_most",
+    "parallelism_coverage",
+    "space_corners",
 ]
 
 
@@ -155,3 +157,79 @@ def human_count(n: float) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.3g}{unit}"
     return f"{n:.0f}"
+
+
+def parallelism_coverage(space: Any, deployment: Any) -> tuple[int, int, list[str]]:
+    """How many attention layouts of ``space`` some parallelism choice of ``deployment`` can serve.
+
+    A layout is one (heads, KV heads, head_dim) the space can propose (every hidden
+    step x head_dim x KV-head choice). Each is checked the way the performance model
+    checks a deployment (:func:`co_design.perf.ops.shards`: TP/Helix dividing the heads,
+    KV heads splitting or replicating evenly, EP dividing TP and the experts, ...),
+    on the widest FFN-aligned shape at the deepest layer count. Returns (servable
+    layouts, all layouts, a few reasons for the unservable ones). Milliseconds.
+    """
+    from co_design.perf import Deployment
+    from co_design.perf.ops import shards
+
+    ffn_unit, expert_unit = ffn_units(space, deployment)
+    step = hidden_step(space)
+    layouts = set()
+    for hidden in range(int(space.hidden[0]), int(space.hidden[1]) + 1, step):
+        for head_dim in space.head_dim:
+            heads = max(1, hidden // int(head_dim))
+            for kv in space.kv_heads:
+                layouts.add((heads, largest_divisor_at_most(heads, int(kv)), int(head_dim)))
+    moe: dict[str, Any] = {}
+    if space.experts:
+        experts = max(int(e) for e in space.experts)
+        moe = dict(
+            experts=experts,
+            experts_per_token=min(experts, int(space.experts_per_token[0])),
+            expert_ffn=expert_unit,
+        )
+    deployments, reasons = [], []
+    for combo in parallel_choices(deployment):
+        try:
+            deployments.append(Deployment(gpus=deployment.gpus, concurrency=1, **combo))
+        except ValueError as exc:
+            reasons.append(str(exc))
+    ok = 0
+    for heads, kv, head_dim in sorted(layouts):
+        arch = Architecture(
+            hidden=heads * head_dim, layers=int(space.layers[1]), heads=heads, kv_heads=kv, head_dim=head_dim,
+            ffn=ffn_unit, vocab=int(space.vocab), **moe,
+        )
+        servable = False
+        for dep in deployments:
+            try:
+                shards(arch, dep)
+                servable = True
+                break
+            except ValueError as exc:
+                reasons.append(str(exc))
+        ok += servable
+    return ok, len(layouts), list(dict.fromkeys(reasons))[:3]
+
+
+class _CornerTrial:
+    """A stand-in trial answering every suggestion with its lowest (or highest) grid value."""
+
+    def __init__(self, high: bool) -> None:
+        self.high = high
+
+    def suggest_int(self, name: str, low: int, high: int, step: int = 1) -> int:
+        return low + (high - low) // step * step if self.high else low
+
+    def suggest_float(self, name: str, low: float, high: float, step: float | None = None) -> float:
+        if not self.high:
+            return low
+        return low + math.floor((high - low) / step + 1e-9) * step if step else high
+
+    def suggest_categorical(self, name: str, choices: list[Any]) -> Any:
+        return max(choices) if self.high else min(choices)
+
+
+def space_corners(space: Any, deployment: Any) -> tuple[Candidate, Candidate]:
+    """The smallest and the largest candidate of ``space`` (every suggestion at its low / high end)."""
+    return suggest_candidate(_CornerTrial(False), space, deployment), suggest_candidate(_CornerTrial(True), space, deployment)

@@ -27,6 +27,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from search.objective import INFEASIBLE_ATTR, PERF_ATTR
 from search.results import PARETO_COLUMNS
 
 __all__ = ["NullTracker", "WandbTracker", "make_tracker", "resolve_wandb_mode"]
@@ -128,13 +129,13 @@ class WandbTracker:
         """Close the trial's run with its outcome (creating it when no proxy ran)."""
         run = self._runs.pop(trial.number, None)
         if run is None:
-            if trial.state == TrialState.PRUNED and "infeasible" in trial.user_attrs:
+            if trial.state == TrialState.PRUNED and INFEASIBLE_ATTR in trial.user_attrs:
                 return  # rejected before training: only a summary-table row
             run = self._init(name=f"{self.study_name}-trial-{trial.number}", job_type="trial", config=self._trial_config(trial))
         summary: dict[str, Any] = {"state": trial.state.name}
         if row:
             summary.update({k: v for k, v in row.items() if isinstance(v, (int, float, str, bool)) and v is not None})
-        pred = trial.user_attrs.get("prediction")
+        pred = trial.user_attrs.get(PERF_ATTR)
         if isinstance(pred, dict):
             summary.update({f"prediction/{k}": v for k, v in pred.items() if isinstance(v, (int, float, str, bool))})
         for k, v in summary.items():

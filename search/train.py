@@ -5,16 +5,17 @@ from __future__ import annotations
 import logging
 import math
 import os
+import signal
 import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, RichProgressBar
 
 from co_design.arch import Architecture
-from search.config import SearchConfig, steps_of
+from search.config import SearchConfig, show_progress_bars, steps_of
 from search.proxy import ProxyLM, trainer_settings
 
 __all__ = ["ProxyResult", "train_proxy", "cpu_threads"]
@@ -41,6 +42,22 @@ class _NonFiniteGuard(Callback):
         if loss is not None and not torch.isfinite(loss.detach()).all():
             self.bad_step, self.bad_value = trainer.global_step, float(loss.detach().float().mean())
             trainer.should_stop = True
+
+
+class _StepProgressBar(RichProgressBar):
+    """Lightning's rich progress bar labelled with the trial instead of "Epoch 0/-2".
+
+    A proxy run is budgeted in steps (``max_steps``, ``max_epochs=-1``) on endless data,
+    so Lightning's "Epoch {epoch}/{max_epochs - 1}" label reads "Epoch 0/-2"; the bar
+    itself already counts steps up to ``max_steps``.
+    """
+
+    def __init__(self, label: str) -> None:
+        super().__init__()
+        self.label = label
+
+    def _get_train_description(self, current_epoch: int) -> str:  # Lightning's hook for the label
+        return self.label if current_epoch == 0 else f"{self.label} (epoch {current_epoch})"
 
 
 _CPU_THREADS: int | None = None
@@ -77,6 +94,30 @@ def _quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=r".*Precision .*-mixed is not supported by the model summary.*")
 
 
+def _fit_or_interrupt(call: Any, *args: Any, **kwargs: Any) -> Any:
+    """``trainer.fit``/``validate``, with Ctrl-C re-raised as ``KeyboardInterrupt``.
+
+    On Ctrl-C Lightning sets SIGINT to ignored and calls ``sys.exit(1)``: the trial would
+    stay RUNNING, the results would not be written and the job would end with status 1
+    and no message. Restore the SIGINT handler and raise ``KeyboardInterrupt`` instead,
+    so the trial is recorded as interrupted and the study ends the way Ctrl-C between
+    trials ends it (results written, exit status 130).
+    """
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        return call(*args, **kwargs)
+    except SystemExit as exc:
+        if isinstance(exc.__context__, KeyboardInterrupt):
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        if handler is not None and signal.getsignal(signal.SIGINT) is not handler:
+            try:
+                signal.signal(signal.SIGINT, handler)
+            except ValueError:  # pragma: no cover - not the main thread
+                pass
+
+
 def train_proxy(
     *,
     trial: Any,
@@ -104,7 +145,8 @@ def train_proxy(
     steps = steps_of(p)
     val_every = p.budget.val_every_steps or max(1, math.ceil(steps / 4))
     val_every = min(val_every, steps)
-    if trainer_settings(p.accelerator, p.precision)["accelerator"] == "cpu":
+    settings = trainer_settings(p.accelerator, p.precision)
+    if settings["accelerator"] == "cpu":
         torch.set_num_threads(p.threads or cpu_threads())
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     model = ProxyLM(
@@ -117,15 +159,9 @@ def train_proxy(
         weight_decay=p.weight_decay,
         aux_loss_coef=p.aux_loss_coef,
     )
-    slo = None
-    if cfg.deployment.slo.is_set and deployment.concurrency is None:
-        from co_design import perf
+    from search.objective import NonFiniteLossError, perf_slo
 
-        slo = perf.SLO(
-            min_tokens_per_s_per_user=cfg.deployment.slo.min_tokens_per_s_per_user,
-            max_ttft_s=cfg.deployment.slo.max_ttft_s,
-            max_tpot_s=cfg.deployment.slo.max_tpot_s,
-        )
+    slo = perf_slo(cfg.deployment.slo) if deployment.concurrency is None else None
     callback = CoDesignCallback(
         gpu,
         deployment=deployment,
@@ -139,6 +175,7 @@ def train_proxy(
         warn_alignment=False,  # the space is aligned by construction
     )
     guard = _NonFiniteGuard()
+    progress = show_progress_bars(cfg)
     logger = None
     if tracker is not None:
         try:
@@ -156,27 +193,23 @@ def train_proxy(
         log_every_n_steps=max(1, min(10, val_every)),
         enable_checkpointing=False,
         enable_model_summary=False,
-        enable_progress_bar=not cfg.quiet,
+        enable_progress_bar=progress,
         default_root_dir=os.path.join(run_dir, "lightning"),
-        callbacks=[callback, guard],
-        **trainer_settings(p.accelerator, p.precision),
+        callbacks=[callback, guard, *([_StepProgressBar(f"trial {trial.number} proxy")] if progress else [])],
+        **settings,
     )
-    trainer.fit(model, datamodule=datamodule)
+    _fit_or_interrupt(trainer.fit, model, datamodule=datamodule)
     if guard.bad_step is not None:
-        from search.objective import NonFiniteLossError
-
         raise NonFiniteLossError(f"training loss became {guard.bad_value} at step {guard.bad_step} (diverged)")
     last = callback.intermediate_values.get(max(callback.intermediate_values, default=-1))
     if last is not None and not math.isfinite(last):
-        from search.objective import NonFiniteLossError
-
         raise NonFiniteLossError(f"validation loss became {last} at step {trainer.global_step} (diverged)")
     if callback.pruned:
         reason = f"stopped early at step {callback.pruned_at_step}: {callback.stop_reason}"
         return ProxyResult(loss=float("nan"), steps=trainer.global_step, pruned_reason=reason)
     values = callback.intermediate_values
     if trainer.global_step not in values:  # the last validation did not fall on the last step
-        trainer.validate(model, datamodule=datamodule, verbose=False)
+        _fit_or_interrupt(trainer.validate, model, datamodule=datamodule, verbose=False)
         values = callback.intermediate_values
     loss = values.get(trainer.global_step)
     if loss is None:

@@ -103,7 +103,7 @@ def test_wrong_types_fail_at_compose_time():
         compose_cfg("n_trials=many")
     with pytest.raises(ConfigCompositionException):
         compose_cfg("space.hiden=[128,256]")  # a misspelled key is not accepted silently
-    with pytest.raises(Exception, match="hiden"):
+    with pytest.raises(ConfigError, match="unknown key 'space.hiden'; did you mean 'space.hidden'"):
         to_search_config(compose_cfg("+space.hiden=[128,256]"))
 
 

@@ -112,6 +112,8 @@ def test_short_study_writes_results_that_agree_with_the_study(tmp_path):
     blobs = [Path(f).read_bytes() for r in trained for f in glob.glob(os.path.join(r, "run-*.wandb"))]
     assert any(b"val_loss" in b and b"co_design/output_tokens_per_s_per_gpu" in b for b in blobs)
     assert all(b"prediction/output_tokens_per_s_per_gpu" in b for b in blobs)
+    # grouped by study, job_type "trial": RunRecord fields 6 (run_group) and 7 (job_type), protobuf-encoded
+    assert all(b"\x32\x03e2e\x3a\x05trial" in b for b in blobs), "trial runs not grouped by the study"
 
 
 def test_resume_runs_only_the_remainder(tmp_path):
