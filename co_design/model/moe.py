@@ -1,5 +1,11 @@
 """Mixture-of-experts FFN: top-k softmax router, grouped experts, optional shared experts.
 
+Gating: the chosen experts' outputs are weighted by their router probabilities, renormalized over
+the top k when ``norm_topk_prob`` says so (Hugging Face's config field of that name; by default
+only for k > 1). Top-1 routing keeps the raw probability p of the chosen expert as in Switch
+Transformer (Fedus et al. 2021): renormalizing would make the gate p / p = 1 and leave the router
+no gradient from the language-model loss, only from the balancing loss.
+
 Dispatch has no Python loop over tokens or experts. Token-expert assignments are sorted by expert
 so each expert's tokens are contiguous rows, then every expert matrix runs as one grouped GEMM:
 
@@ -18,6 +24,7 @@ Gathering a weight copy per assignment (``w[expert_of_assignment]``) was rejecte
 from __future__ import annotations
 
 import functools
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -167,13 +174,22 @@ class GroupedExperts(nn.Module):
 class MoE(nn.Module):
     """Top-k routed experts plus optional always-on shared experts.
 
-    ``router`` (nn.Linear hidden -> E, no bias): softmax over all experts in fp32, keep the top k,
-    renormalize the kept probabilities to sum to 1 (Mixtral/Qwen3-MoE style) and mix the chosen
-    experts' outputs with them. ``shared``: the ``shared_experts`` always-on experts of width
-    ``shared_ffn`` fused into one MLP of width ``shared_experts * shared_ffn`` (same parameters and
-    output as their sum), or None. After each forward ``aux_loss`` holds the unscaled
-    load-balancing loss (:func:`load_balancing_loss`; the trainer multiplies by its coefficient,
-    e.g. 0.01 as in Switch Transformer).
+    ``router`` (nn.Linear hidden -> E, no bias): softmax over all experts (in fp32, or fp64 for
+    fp64 inputs), keep the top k probabilities and mix the chosen experts' outputs with them as
+    gates. ``norm_topk_prob`` is named after the Hugging Face config field and means the same:
+
+    * True: renormalize the kept k probabilities to sum to 1 (Mixtral/Qwen3-MoE). With k = 1 the
+      gate is then exactly 1 and the router learns only from the balancing loss (a warning says so).
+    * False: keep the raw softmax probabilities (Switch Transformer's top-1 gate ``p * E_i(x)``,
+      DeepSeek-V2-style top-k without renormalization), so the gates sum to less than 1.
+    * None (default): renormalize only when k > 1. For k = 1 that is Switch gating, the only
+      choice that lets the language-model loss reach the router.
+
+    The resolved choice is the bool attribute ``norm_topk_prob``. ``shared``: the
+    ``shared_experts`` always-on experts of width ``shared_ffn`` fused into one MLP of width
+    ``shared_experts * shared_ffn`` (same parameters and output as their sum), or None. After each
+    forward ``aux_loss`` holds the unscaled load-balancing loss (:func:`load_balancing_loss`; the
+    trainer multiplies by its coefficient, e.g. 0.01 as in Switch Transformer).
     """
 
     def __init__(
@@ -186,23 +202,38 @@ class MoE(nn.Module):
         shared_experts: int = 0,
         shared_ffn: int | None = None,
         gated: bool = True,
+        norm_topk_prob: bool | None = None,
     ) -> None:
         super().__init__()
         if not 1 <= experts_per_token <= experts:
             raise ValueError(f"experts_per_token={experts_per_token} must be between 1 and experts={experts}")
         self.num_experts, self.top_k = experts, experts_per_token
+        self.norm_topk_prob = experts_per_token > 1 if norm_topk_prob is None else bool(norm_topk_prob)
+        if norm_topk_prob and experts_per_token == 1:
+            warnings.warn(
+                "MoE(norm_topk_prob=True, experts_per_token=1): the renormalized gate is always 1, so the "
+                "router gets no gradient from the language-model loss and learns only from the balancing "
+                "loss; use norm_topk_prob=None or False for Switch-Transformer gating",
+                UserWarning,
+                stacklevel=2,
+            )
         self.router = nn.Linear(hidden, experts, bias=False)
         self.experts = GroupedExperts(experts, hidden, expert_ffn, gated=gated)
         self.shared = MLP(hidden, shared_experts * (shared_ffn or expert_ffn), gated=gated) if shared_experts else None
         self.aux_loss: Tensor = torch.zeros(())
 
+    def extra_repr(self) -> str:
+        return f"num_experts={self.num_experts}, top_k={self.top_k}, norm_topk_prob={self.norm_topk_prob}"
+
     def forward(self, x: Tensor) -> Tensor:  # (B, T, h) -> (B, T, h)
         shape = x.shape
         x = x.reshape(-1, shape[-1])  # (N, h)
         N, k = x.shape[0], self.top_k
-        probs = torch.softmax(self.router(x).float(), dim=-1)  # (N, E) fp32
+        logits = self.router(x)  # (N, E)
+        probs = torch.softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)  # (N, E) >= fp32
         top_p, top_i = probs.topk(k, dim=-1)  # (N, k), (N, k)
-        top_p = top_p / top_p.sum(dim=-1, keepdim=True)  # (N, k): renormalized
+        if self.norm_topk_prob:
+            top_p = top_p / top_p.sum(dim=-1, keepdim=True)  # (N, k): renormalized
         self.aux_loss = load_balancing_loss(probs, top_i, self.num_experts)
 
         flat_expert = top_i.flatten()  # (N*k,): assignment a = token a//k, choice a%k
