@@ -30,15 +30,19 @@ from search.config import (
     OBJECTIVES,
     ConfigError,
     SearchConfig,
+    enumerates,
     show_progress_bars,
     steps_of,
     study_settings,
     to_search_config,
     validate,
 )
-from search.objective import FAIL_REASON_ATTR, INTERRUPTED, Objective
-from search.results import parallel_coordinates_html, print_pareto_table, trial_row, write_plots, write_results
-from search.space import parallelism_coverage
+from search.exact import ENUMERATION_ATTR, enumerate_into
+from search.objective import DUPLICATE_ATTR, EXHAUSTED_ATTR, FAIL_REASON_ATTR, INTERRUPTED, Objective
+from search.plots import write_plots
+from search.results import parallel_coordinates_html, print_pareto_table, trial_row, write_results
+from search.scoring import definitions
+from search.space import grid_size, parallelism_coverage
 from search.tracking import make_tracker
 
 __all__ = ["run", "RunResult", "make_storage", "make_sampler", "open_study", "finished_count", "main_entry"]
@@ -186,12 +190,17 @@ def _is_interrupted(t: FrozenTrial) -> bool:
 
 
 def finished_count(study: optuna.Study) -> int:
-    """Finished trials that count toward ``n_trials`` (interrupted ones do not)."""
+    """Finished trials that count toward ``n_trials`` (interrupted ones and duplicates do not)."""
     return sum(
         1
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
-        if not _is_interrupted(t)
+        if not _is_interrupted(t) and DUPLICATE_ATTR not in t.user_attrs
     )
+
+
+#: consecutive duplicate proposals after which a sampled study stops (a backstop: a duplicate is normally
+#: followed by a random unseen shape, and the study stops at once when none is left)
+MAX_CONSECUTIVE_DUPLICATES = 100
 
 
 def fail_orphaned_trials(study: optuna.Study) -> list[int]:
@@ -300,6 +309,25 @@ def _check_proxy_memory(cfg: SearchConfig, vocab: int, say: Callable[[str], None
         )
 
 
+def _check_proxy_collisions(cfg: SearchConfig, vocab: int, say: Callable[[str], None]) -> None:
+    """Say whether every distinct candidate trains its own proxy; warn, naming examples, when not."""
+    from search.proxy import proxy_collisions
+
+    found = proxy_collisions(cfg.space, cfg.deployment, cfg.proxy.reduction, vocab)
+    if found is None:
+        say(f"proxies: space={cfg.space.name!r} is too large to check that distinct candidates get distinct proxies")
+        return
+    n, proxies, examples = found
+    if proxies == n:
+        say(f"proxies: each of the {n} distinct candidates of space={cfg.space.name!r} trains its own proxy")
+        return
+    say(
+        f"warning: proxy.reduction maps the {n} distinct candidates of space={cfg.space.name!r} onto {proxies} proxies "
+        f"(e.g. {examples[0]}): candidates sharing a proxy get the same loss, so the performance objectives alone "
+        "decide between them; set proxy.reduction.keep_heads=true, or widths/depth factors that keep them apart"
+    )
+
+
 def _full_params(cfg: SearchConfig, corner: int) -> int:
     from search.space import space_corners
 
@@ -347,8 +375,9 @@ def run(
     orphans = fail_orphaned_trials(study)
     names = list(cfg.objectives.names)
     say = _say
+    exact = enumerates(cfg)
     done = finished_count(study)
-    remaining = max(0, cfg.n_trials - done)
+    remaining = 0 if exact else max(0, cfg.n_trials - done)
     served, layouts, why = parallelism_coverage(cfg.space, cfg.deployment)
     if served < layouts:
         say(
@@ -357,10 +386,21 @@ def run(
         )
     if orphans:
         say(f"marked trial(s) {orphans} of a killed run as FAIL (interrupted); they do not count")
-    if done:
+    if exact:
+        say(
+            f"{'resuming' if done else 'new'} study {cfg.study_name!r}: objectives {names} need no training, so every "
+            f"distinct shape of space={cfg.space.name!r} is scored and the front is exact (n_trials and the sampler "
+            "are not used; strategy=sample samples instead)"
+        )
+    elif done:
         say(f"resuming study {cfg.study_name!r}: {done} finished trial(s) of n_trials={cfg.n_trials}; running {remaining} more")
     else:
         say(f"new study {cfg.study_name!r}: {cfg.n_trials} trial(s), objectives {names}, sampler {cfg.sampler.name}")
+    if not exact and remaining:
+        most = grid_size(cfg.space, cfg.deployment)
+        if cfg.n_trials > most:
+            say(f"note: space={cfg.space.name!r} has at most {most} distinct shapes, fewer than n_trials={cfg.n_trials}; "
+                "the study stops when the sampler finds no new one")
     say(f"run dir {run_dir}  storage {storage_url}")
 
     tracker = make_tracker(cfg, str(run_dir))
@@ -370,10 +410,20 @@ def run(
     if objective.needs_proxy and remaining:
         dm = objective.datamodule()  # build (or find cached) the corpus before the first trial starts
         _check_proxy_memory(cfg, int(dm.vocab_size), say)
+        _check_proxy_collisions(cfg, int(dm.vocab_size), say)
 
-    state = {"ran": 0, "reported_at": 0.0, "report_s": 0.0}
+    state = {"ran": 0, "reported_at": 0.0, "report_s": 0.0, "in_a_row": 0, "exhausted": False}
 
     def after_trial(study: optuna.Study, trial: FrozenTrial) -> None:
+        if DUPLICATE_ATTR in trial.user_attrs:  # nothing was evaluated: no line, no rewrite, no count
+            state["in_a_row"] += 1
+            if trial.user_attrs.get(EXHAUSTED_ATTR) or state["in_a_row"] >= MAX_CONSECUTIVE_DUPLICATES:
+                state["exhausted"] = True
+                say(f"the sampler proposed a shape the study already holds and no unseen one is left: "
+                    f"space={cfg.space.name!r} looks exhausted; stopping with {finished_count(study)} distinct trials")
+                study.stop()
+            return
+        state["in_a_row"] = 0
         state["ran"] += 1
         row = trial_row(trial, names, pareto=False)
         try:  # reporting problems are logged; they must not end the study
@@ -383,10 +433,11 @@ def run(
             # 9x its cost, and always at the end.
             if time.perf_counter() - state["reported_at"] >= 9 * state["report_s"]:
                 t0 = time.perf_counter()
-                summary = write_results(study, names, run_dir, storage=storage_url, n_trials=cfg.n_trials)
+                summary = write_results(study, names, run_dir, storage=storage_url, n_trials=cfg.n_trials,
+                                        extra=_summary_extra(cfg, study))
                 row = next((r for r in summary["rows"] if r["trial"] == trial.number), row)
                 if cfg.plots:
-                    _plots(study, names, run_dir, summary)
+                    _plots(study, names, run_dir, summary, gpu)
                 state["reported_at"] = time.perf_counter()
                 state["report_s"] = state["reported_at"] - t0
             tracker.finish_trial(trial, row)
@@ -399,17 +450,36 @@ def run(
     interrupted = False
     failures = _FailedTrialLog(run_dir / "errors.log")
     optuna_logger = logging.getLogger("optuna.study._optimize")
-    if remaining:
+    if exact:
+        try:
+            t0 = time.perf_counter()
+            result = enumerate_into(study, cfg, gpu, names)
+            state["ran"] = result.scored
+            say(
+                f"scored {result.scored} shape(s) in {time.perf_counter() - t0:.1f} s ({result.feasible} feasible); "
+                f"the space has {result.candidates} distinct shapes: {result.outside_band} outside space.params, "
+                f"{result.already_scored} scored before"
+            )
+        except KeyboardInterrupt:
+            interrupted = True
+            say("interrupted: the shapes scored so far are saved; run the same command to finish")
+        finally:
+            tracker.close()
+    elif remaining:
         optuna_logger.addFilter(failures)
         try:
-            study.optimize(
-                objective,
-                n_trials=remaining,
-                catch=(Exception,),
-                callbacks=[after_trial],
-                gc_after_trial=objective.needs_proxy,  # frees a proxy's (GPU) memory; ~80 ms, wasted on perf-only trials
-                show_progress_bar=show_progress_bars(cfg),
-            )
+            # Duplicates do not count toward n_trials: top up until the study holds n_trials, the sampler
+            # finds no new shape, or a worker on the same storage stopped it at the target.
+            while remaining and not state["exhausted"]:
+                study.optimize(
+                    objective,
+                    n_trials=remaining,
+                    catch=(Exception,),
+                    callbacks=[after_trial],
+                    gc_after_trial=objective.needs_proxy,  # frees a proxy's (GPU) memory; ~80 ms, wasted on perf-only trials
+                    show_progress_bar=show_progress_bars(cfg),
+                )
+                remaining = max(0, cfg.n_trials - finished_count(study))
         except KeyboardInterrupt:
             interrupted = True
             say("interrupted: finished trials are saved; run the same command to resume")
@@ -417,10 +487,11 @@ def run(
             optuna_logger.removeFilter(failures)
             tracker.close()
 
-    summary = write_results(study, names, run_dir, storage=storage_url, n_trials=cfg.n_trials)
+    summary = write_results(study, names, run_dir, storage=storage_url, n_trials=cfg.n_trials,
+                            extra=_summary_extra(cfg, study))
     figures: dict[str, str] = {}
     if cfg.plots:
-        figures = _plots(study, names, run_dir, summary)
+        figures = _plots(study, names, run_dir, summary, gpu)
     par = parallel_coordinates_html(summary["rows"], names)
     if par:
         figures["parallel_coordinates"] = par
@@ -482,9 +553,21 @@ class _FailedTrialLog(logging.Filter):
         return False
 
 
-def _plots(study: optuna.Study, names: list[str], run_dir: Path, summary: dict[str, Any]) -> dict[str, str]:
+def _summary_extra(cfg: SearchConfig, study: optuna.Study) -> dict[str, Any]:
+    """summary.json's account of what the numbers mean: the operating points and the runtime's limits."""
+    d = cfg.deployment
+    return {
+        "definitions": definitions(d),
+        "interactive_concurrency": d.interactive_concurrency,
+        "runtime": {"max_batch": d.max_batch, "max_num_tokens": d.max_num_tokens},
+        "strategy": "enumerate" if enumerates(cfg) else "sample",
+        "enumeration": study.user_attrs.get(ENUMERATION_ATTR),
+    }
+
+
+def _plots(study: optuna.Study, names: list[str], run_dir: Path, summary: dict[str, Any], gpu: Any) -> dict[str, str]:
     try:
-        return write_plots(study, names, run_dir, summary["hypervolume_reference_point"])
+        return write_plots(study, names, run_dir, summary["hypervolume_reference_point"], summary["rows"], gpu)
     except Exception as exc:  # a plotting problem must not end the study
         log.warning("plots not written: %s: %s", type(exc).__name__, exc)
         return {}

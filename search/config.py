@@ -33,12 +33,14 @@ __all__ = [
     "TrackingConfig",
     "OBJECTIVES",
     "SAMPLERS",
+    "STRATEGIES",
     "PRECISIONS",
     "register_configs",
     "to_search_config",
     "validate",
     "show_progress_bars",
     "steps_of",
+    "enumerates",
     "study_settings",
 ]
 
@@ -53,6 +55,7 @@ OBJECTIVES: dict[str, tuple[str, str]] = {
     "tpot_ms": ("minimize", "TPOT (ms)"),
 }
 SAMPLERS = ("tpe", "nsga2", "nsga3", "gp", "random")
+STRATEGIES = ("auto", "sample", "enumerate")
 PRECISIONS = ("bf16", "fp8", "nvfp4")
 DATA_SOURCES = ("stdlib", "tokens", "datamodule")
 TRACKING_BACKENDS = ("wandb", "off")
@@ -102,8 +105,10 @@ class DeploymentConfig:
     Every combination of the choices that is valid for a candidate is scored and the
     best one (highest output tok/s/GPU, meeting the SLO) is that candidate's operating
     point: the deployment is tuned per shape, the proxy run is not repeated per choice.
-    ``concurrency`` fixes the requests in flight; None means the highest-throughput
-    concurrency that fits (and meets ``slo``).
+    ``concurrency`` fixes the requests in flight of the throughput point; None means the
+    highest-throughput concurrency that fits and meets ``slo`` (with a fixed concurrency
+    the SLO is checked there). ``interactive_concurrency`` is the load of the interactivity
+    point (tok/s/user, TTFT, TPOT; see search/scoring.py).
     """
 
     gpus: Optional[int] = None  # None: tp * pp (one replica); more: gpus / (tp * pp) replicas
@@ -117,8 +122,13 @@ class DeploymentConfig:
     kv_cache: str = "fp8"
     isl: int = 1024  # input tokens per request
     osl: int = 1024  # output tokens per request
-    concurrency: Optional[int] = None
+    concurrency: Optional[int] = None  # throughput point; None: the best that fits and meets the SLO
     slo: SLOConfig = field(default_factory=SLOConfig)
+    interactive_concurrency: int = 1  # requests in flight at the interactivity point (search/scoring.py)
+    # The serving runtime's limits (TensorRT-LLM max_batch_size / max_num_tokens; vLLM max_num_seqs /
+    # max_num_batched_tokens): deployment settings, shown with each result and flagged when they cap it.
+    max_batch: int = 2048  # requests scheduled per iteration per replica (per attention-DP rank)
+    max_num_tokens: int = 8192  # tokens per iteration (decode + prompt chunk); larger steps run as chunks
 
 
 @dataclass
@@ -149,6 +159,7 @@ class SpaceConfig:
     vocab: int = 32000  # the full model's vocabulary (scored by the performance model)
     hidden: List[int] = field(default_factory=lambda: [128, 512])
     layers: List[int] = field(default_factory=lambda: [2, 8])
+    layers_step: int = 1  # layer counts low, low + step, ... (e.g. 4: 12, 16, ..., 32)
     head_dim: List[int] = field(default_factory=lambda: [64])
     heads_multiple: int = 1  # heads a multiple of this (e.g. 8: whole heads per rank up to TP8)
     kv_heads: List[int] = field(default_factory=lambda: [1, 2, 4, 8])
@@ -171,8 +182,10 @@ class SpaceConfig:
 class ReductionConfig:
     """How the proxy shrinks a candidate before training it (factors in (0, 1]).
 
-    ``width`` scales the number of heads (head_dim kept) and so hidden and FFN widths;
-    ``depth`` scales layers; ``experts`` scales the expert count (top-k kept).
+    ``width`` scales hidden and FFN widths: through the number of heads at a fixed
+    head_dim, or, with ``keep_heads``, through head_dim at the candidate's own heads and
+    KV heads (so distinct attention layouts stay distinct proxies); ``depth`` scales
+    layers; ``experts`` scales the expert count (top-k kept).
     ``vocab`` null trains on the data's own vocabulary; an integer folds token ids
     modulo it (the hashing trick) to shrink embedding and output head.
     """
@@ -182,6 +195,7 @@ class ReductionConfig:
     experts: float = 1.0
     vocab: Optional[int] = None
     min_hidden: int = 32
+    keep_heads: bool = False
 
 
 @dataclass
@@ -292,6 +306,9 @@ class SearchConfig:
     output_dir: Optional[str] = None  # default: Hydra's run dir
     plots: bool = True
     recipe: Optional[str] = None  # name of the selected recipe (set by recipes/experiment/*.yaml), informative
+    # auto: enumerate the whole space (the exact front) when no objective needs training, else sample;
+    # sample: always ask the sampler (n_trials of them); enumerate: refused when loss is an objective
+    strategy: str = "auto"
 
 
 def register_configs() -> None:
@@ -428,11 +445,9 @@ def _validate_deployment(cfg: SearchConfig, problems: list[str]) -> None:
             problems.append(f"deployment.{key}={getattr(d, key)}: must be >= 1 token")
     if d.concurrency is not None and d.concurrency < 1:
         problems.append(f"deployment.concurrency={d.concurrency}: must be >= 1 or null (max throughput)")
-    if d.concurrency is not None and d.slo.is_set:
-        problems.append(
-            "deployment.concurrency and deployment.slo are both set; "
-            "fix the concurrency or state an SLO (the search then finds the best concurrency), not both"
-        )
+    for key in ("interactive_concurrency", "max_batch", "max_num_tokens"):
+        if getattr(d, key) < 1:
+            problems.append(f"deployment.{key}={getattr(d, key)}: must be >= 1")
     for f in dataclasses.fields(d.slo):
         v = getattr(d.slo, f.name)
         if v is not None and v <= 0:
@@ -464,6 +479,8 @@ def _validate_space(cfg: SearchConfig, problems: list[str]) -> None:
                     f"use multiples such as {max(1, v // step) * step}"
                 )
     _range(problems, "space.layers", s.layers)
+    if s.layers_step < 1:
+        problems.append(f"space.layers_step={s.layers_step}: must be >= 1")
     if not s.head_dim or any(h < 8 for h in s.head_dim):
         problems.append(f"space.head_dim={list(s.head_dim)}: give choices >= 8, e.g. [64, 128]")
     elif len(s.hidden) == 2:
@@ -604,6 +621,12 @@ def _validate_tracking(cfg: SearchConfig, problems: list[str]) -> None:
 
 
 def _validate_top(cfg: SearchConfig, problems: list[str]) -> None:
+    _known(problems, "strategy", cfg.strategy, STRATEGIES)
+    if cfg.strategy == "enumerate" and "loss" in cfg.objectives.names:
+        problems.append(
+            "strategy=enumerate scores every shape of the space, but loss is an objective and would train a proxy "
+            "for each; use strategy=auto (samples n_trials shapes) or objectives=perf_only"
+        )
     if cfg.n_trials < 1:
         problems.append(f"n_trials={cfg.n_trials}: must be >= 1 (the total number of trials the study should hold)")
     if not cfg.study_name or any(c in cfg.study_name for c in "/\\"):
@@ -716,3 +739,13 @@ def steps_of(cfg: ProxyConfig) -> int:
     assert b.tokens is not None
     per_step = cfg.data.batch_size * cfg.data.seq_len
     return max(1, math.ceil(b.tokens / per_step))
+
+
+def enumerates(cfg: SearchConfig) -> bool:
+    """Whether the job enumerates the whole space (the exact front) instead of sampling it.
+
+    ``strategy=auto`` enumerates when no objective needs training: the performance model
+    scores a candidate in milliseconds, so every aligned shape can be scored and the exact
+    Pareto front returned; with a trained loss objective it samples ``n_trials`` shapes.
+    """
+    return cfg.strategy == "enumerate" or (cfg.strategy == "auto" and "loss" not in cfg.objectives.names)

@@ -2,14 +2,16 @@
 
 Order (cheap first; an infeasible candidate costs no proxy run):
 
-1. :func:`search.space.suggest_candidate` proposes a full-size, aligned shape.
+1. :func:`search.space.suggest_candidate` proposes a full-size, aligned shape. A shape
+   the study already holds (:func:`duplicate_of`) ends PRUNED at once as a duplicate:
+   no second proxy run, no second row in the results, no count toward ``n_trials``.
 2. Checks before training, each recorded with ``trial.set_constraint`` (value <= 0 is
    feasible): parameter budgets (total/active), a parallelism choice that works for
    the shape, memory fit, and the SLO.
-3. :func:`operating_point` scores the FULL-size candidate on the deployment: every
-   valid parallelism choice at the fixed concurrency, or at the best-throughput
-   concurrency (meeting the SLO); the best output tok/s/GPU wins. Its tok/s/GPU,
-   tok/s/user, TTFT and TPOT are the performance objectives.
+3. :func:`search.scoring.score_candidate` scores the FULL-size candidate at two
+   operating points: throughput (best tok/s/GPU that fits and meets the SLO, over
+   concurrency and every valid parallelism choice) and interactivity (tok/s/user,
+   TTFT, TPOT at ``deployment.interactive_concurrency``).
 4. The proxy trains a REDUCED version (:func:`search.proxy.reduce_architecture`) with
    ``CoDesignCallback`` (QAT in the candidate's precision); its final validation loss
    is the accuracy objective.
@@ -27,6 +29,9 @@ How a trial ends:
   would need a loss we never measured, and FAIL would hide that the shape itself,
   not the machinery, was the problem. ``study.best_trials`` never includes them.
 - PRUNED, stopped early: the run was dominated (:class:`DominatedStoppingRule`).
+- PRUNED, duplicate: the ``duplicate_of`` user attribute names the trial that holds
+  the candidate. TPE ranks PRUNED trials after the evaluated ones, which steers it
+  away from shapes it has already seen.
 - FAIL with the reason in the ``fail_reason`` user attribute: any exception
   (including out of memory) or a non-finite loss. The study goes on
   (``study.optimize(catch=(Exception,))``).
@@ -40,7 +45,7 @@ import math
 import os
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import optuna
@@ -48,23 +53,33 @@ from optuna.trial import TrialState
 
 from co_design.arch import Architecture
 from search.config import OBJECTIVES, SearchConfig, steps_of
-from search.space import Candidate, parallel_choices, shape_label, suggest_candidate
+from search.scoring import OperatingPoint, Scores, objective_value, prediction_dict, score_candidate
+from search.space import Candidate, candidate_from_params, candidate_key, shape_label, space_grid, suggest_candidate
 
 __all__ = [
     "Objective",
-    "OperatingPoint",
+    "Evaluation",
     "NonFiniteLossError",
     "DominatedStoppingRule",
-    "operating_point",
-    "objective_value",
-    "perf_slo",
+    "evaluate",
+    "duplicate_of",
+    "param_budget",
     "PERF_ATTR",
+    "INTERACTIVE_ATTR",
+    "DUPLICATE_ATTR",
+    "PROPOSED_BY_ATTR",
+    "EXHAUSTED_ATTR",
+    "unseen_params",
     "FAIL_REASON_ATTR",
     "INFEASIBLE_ATTR",
     "INTERRUPTED",
 ]
 
-PERF_ATTR = "prediction"  # user attribute: the chosen operating point's prediction (JSON)
+PERF_ATTR = "prediction"  # user attribute: the throughput point's prediction (JSON)
+INTERACTIVE_ATTR = "interactive_prediction"  # user attribute: the interactive point's prediction (JSON)
+DUPLICATE_ATTR = "duplicate_of"  # user attribute: the trial that already holds this candidate
+PROPOSED_BY_ATTR = "proposed_by"  # user attribute of a trial not proposed by the sampler
+EXHAUSTED_ATTR = "space_exhausted"  # user attribute of a duplicate after which no unseen shape was found
 FAIL_REASON_ATTR = "fail_reason"
 INFEASIBLE_ATTR = "infeasible"
 INTERRUPTED = "interrupted"  # FAIL reasons starting with it: Ctrl-C or a killed worker; not counted toward n_trials
@@ -74,124 +89,81 @@ class NonFiniteLossError(RuntimeError):
     """The proxy's loss became NaN or infinite."""
 
 
-# --------------------------------------------------------------------------- performance
+# --------------------------------------------------------------------------- evaluation
 @dataclass
-class OperatingPoint:
-    """The best serving point of one candidate over the deployment's parallelism choices."""
+class Evaluation:
+    """What the performance model and the pre-training checks say of one candidate.
 
-    prediction: Any | None  # co_design.perf.Prediction
-    deployment: Any | None  # co_design.perf.Deployment
-    feasible: bool
-    violations: dict[str, float]  # constraint name -> value (<= 0 feasible)
-    reasons: list[str] = field(default_factory=list)  # why choices were skipped / infeasible
-
-
-def _slo_violation(slo: Any, p: Any) -> float:
-    """Largest relative shortfall of ``p`` against ``slo`` (<= 0 when met)."""
-    worst = -1.0
-    if slo.min_tokens_per_s_per_user is not None:
-        worst = max(worst, 1 - p.output_tokens_per_s_per_user / slo.min_tokens_per_s_per_user)
-    if slo.max_ttft_s is not None:
-        worst = max(worst, p.ttft_s / slo.max_ttft_s - 1)
-    if slo.max_tpot_s is not None:
-        worst = max(worst, p.tpot_s / slo.max_tpot_s - 1)
-    return worst
-
-
-def perf_slo(slo: Any) -> Any:
-    """:class:`co_design.perf.SLO` of a :class:`search.config.SLOConfig`; None when no field is set."""
-    if not slo.is_set:
-        return None
-    from co_design import perf
-
-    return perf.SLO(
-        min_tokens_per_s_per_user=slo.min_tokens_per_s_per_user, max_ttft_s=slo.max_ttft_s, max_tpot_s=slo.max_tpot_s
-    )
-
-
-def operating_point(arch: Architecture, gpu: Any, deployment_cfg: Any, precision: str | None = None) -> OperatingPoint:
-    """Score ``arch`` under every valid parallelism choice; keep the best feasible one.
-
-    Feasible: fits in memory and meets the SLO (when one is set). Among feasible
-    choices the highest output tok/s/GPU wins; when none is feasible the least
-    violating is returned with the violations (``memory``: needed / capacity - 1;
-    ``slo``: largest relative shortfall; ``parallelism``: 1 when no choice is valid).
+    ``attrs`` are the trial's user attributes, ``constraints`` its ``set_constraint``
+    values (<= 0 feasible), ``reason`` why it is infeasible (None when feasible) and
+    ``perf_values`` the performance objectives by name.
     """
-    from co_design import perf
 
-    d = deployment_cfg
-    slo = perf_slo(d.slo)
-    weights = precision or d.weights
-    activations = precision or d.activations
+    candidate: Candidate
+    scores: Scores
+    attrs: dict[str, Any]
+    constraints: dict[str, float]
+    reason: str | None
+    perf_values: dict[str, float]
+
+
+def param_budget(arch: Architecture, space: Any) -> tuple[dict[str, float], list[str]]:
+    """Constraints and reasons of the space's parameter budgets (``space.params``) for ``arch``."""
+    counts = arch.param_counts()
+    constraints: dict[str, float] = {}
     reasons: list[str] = []
-    scored: list[tuple[tuple, Any, Any, dict[str, float]]] = []
-    for combo in parallel_choices(d):
-        label = f"tp={combo['tp']} ep={combo['ep']} pp={combo['pp']} adp={combo['attention_dp']} helix={combo['helix']}"
-        if arch.is_moe and arch.experts % combo["ep"]:
-            reasons.append(f"{label}: experts={arch.experts} not divisible by ep")
-            continue
-        if not arch.is_moe and combo["ep"] > 1:
-            reasons.append(f"{label}: ep > 1 needs an MoE model")
-            continue
-        try:
-            dep = perf.Deployment(
-                gpus=d.gpus,
-                weights=weights,
-                activations=activations,
-                kv_cache=d.kv_cache,
-                isl=d.isl,
-                osl=d.osl,
-                concurrency=d.concurrency,
-                **combo,
-            )
-            if d.concurrency is None:
-                pred = perf.max_throughput(arch, gpu, dep, slo=slo)
-            else:
-                pred = perf.predict(arch, gpu, dep)
-        except ValueError as exc:  # e.g. heads not divisible by tp, helix with attention DP
-            reasons.append(f"{label}: {exc}")
-            continue
-        mem = pred.memory
-        v = {"memory": float(mem.total_bytes / mem.capacity_bytes - 1) if mem.capacity_bytes else 0.0}
-        if not pred.fits:
-            v["memory"] = max(v["memory"], 1e-6)
-        if slo is not None:
-            v["slo"] = float(_slo_violation(slo, pred))
-        violation = sum(max(0.0, x) for x in v.values())
-        scored.append(((violation <= 0, -violation, pred.output_tokens_per_s_per_gpu), pred, dep, v))
-    if not scored:
-        v = {"parallelism": 1.0, "memory": 0.0}
-        if slo is not None:
-            v["slo"] = 0.0
-        return OperatingPoint(None, None, False, v, reasons or ["no parallelism choice"])
-    key, pred, dep, v = max(scored, key=lambda s: s[0])
-    v = {"parallelism": 0.0, **v}
-    feasible = bool(key[0])
-    if not feasible:
-        if v["memory"] > 0:
-            reasons.append(
-                f"does not fit: needs {pred.memory.total_bytes / 1e9:.1f} GB of {pred.memory.capacity_bytes / 1e9:.1f} "
-                f"GB per GPU even at its best choice ({dep.label})"
-            )
-        if v.get("slo", 0) > 0:
-            reasons.append(f"misses the SLO by {v['slo']:.0%} at its best choice ({dep.label})")
-    return OperatingPoint(pred, dep, feasible, v, reasons)
+    b = space.params
+    for key, count in (("total", counts.total), ("active", counts.active)):
+        hi, lo = getattr(b, f"max_{key}"), getattr(b, f"min_{key}")
+        if hi is not None:
+            constraints[f"params_{key}_max"] = count / hi - 1
+            if count > hi:
+                reasons.append(f"{key} parameters {count:,} exceed space.params.max_{key}={hi:,.0f}")
+        if lo is not None:
+            constraints[f"params_{key}_min"] = 1 - count / lo
+            if count < lo:
+                reasons.append(f"{key} parameters {count:,} below space.params.min_{key}={lo:,.0f}")
+    return constraints, reasons
 
 
-def objective_value(name: str, prediction: Any, loss: float | None) -> float:
-    """The value of objective ``name`` (see :data:`search.config.OBJECTIVES`)."""
-    if name == "loss":
-        assert loss is not None
-        return float(loss)
-    if name == "tokens_per_s_per_gpu":
-        return float(prediction.output_tokens_per_s_per_gpu)
-    if name == "tokens_per_s_per_user":
-        return float(prediction.output_tokens_per_s_per_user)
-    if name == "ttft_ms":
-        return float(prediction.ttft_s) * 1e3
-    if name == "tpot_ms":
-        return float(prediction.tpot_s) * 1e3
-    raise ValueError(f"unknown objective {name!r}; known: {', '.join(OBJECTIVES)}")
+def evaluate(cand: Candidate, cfg: SearchConfig, gpu: Any, objectives: Sequence[str]) -> Evaluation:
+    """Score ``cand`` with the performance model and run the checks that come before training."""
+    arch = cand.arch
+    counts = arch.param_counts()
+    attrs: dict[str, Any] = {
+        "arch": arch.to_dict(),
+        "shape": shape_label(arch),
+        "candidate_key": candidate_key(cand),
+        "params_total": counts.total,
+        "params_active": counts.active,
+        "precision": cand.precision or cfg.deployment.weights,
+    }
+    constraints, reasons = param_budget(arch, cfg.space)
+    scores = score_candidate(arch, gpu, cfg.deployment, cand.precision)
+    constraints.update(scores.violations)
+    if not scores.feasible:
+        reasons.extend(scores.reasons)
+    tp, ip = scores.throughput, scores.interactive
+    if tp.prediction is not None:
+        attrs[PERF_ATTR] = prediction_dict(tp.prediction)
+        attrs["deployment"] = _jsonable(tp.deployment.to_dict())
+        attrs["deployment_label"] = tp.deployment.label
+        attrs["limited_by"] = scores.limits
+    if ip.prediction is not None:
+        attrs[INTERACTIVE_ATTR] = prediction_dict(ip.prediction)
+        attrs["interactive_deployment"] = _jsonable(ip.deployment.to_dict())
+        attrs["interactive_deployment_label"] = ip.deployment.label
+    reason = None
+    if reasons or any(v > 0 for v in constraints.values()):
+        reason = "; ".join(reasons) or "constraint violated: " + ", ".join(
+            f"{k}={v:.3g}" for k, v in constraints.items() if v > 0
+        )
+        attrs[INFEASIBLE_ATTR] = reason
+    perf_values: dict[str, float] = {}
+    if reason is None:
+        perf_values = {n: objective_value(n, scores, None) for n in objectives if n != "loss"}
+        attrs["perf_objectives"] = perf_values
+    return Evaluation(cand, scores, attrs, constraints, reason, perf_values)
 
 
 # --------------------------------------------------------------------------- early stopping
@@ -246,11 +218,38 @@ def _jsonable(x: Any) -> Any:
     return json.loads(json.dumps(x, default=lambda o: getattr(o, "__dict__", str(o))))
 
 
-def _prediction_dict(p: Any) -> dict[str, Any]:
-    d = p.to_dict(ops=False)
-    d.pop("ops", None)
-    d.pop("deployment", None)  # recorded separately as the "deployment" attribute
-    return _jsonable(d)
+def unseen_params(study: optuna.Study, cfg: SearchConfig, *, seed: int, tries: int = 2000) -> dict[str, Any] | None:
+    """Suggestion values of a random grid point whose candidate the study does not hold (None if none found).
+
+    Draws grid points uniformly (:func:`search.space.space_grid`) rather than enumerating the
+    space, so it costs ~0.2 ms a draw whatever the space's size; ``tries`` draws bound the
+    search in a nearly exhausted space. Candidates outside the parameter band are skipped
+    too: the search wants shapes it may keep.
+    """
+    import random
+
+    held = {t.user_attrs.get("candidate_key") for t in study.get_trials(deepcopy=False)}
+    queued = [t.params for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))]
+    grid = space_grid(cfg.space, cfg.deployment)
+    rng = random.Random(seed)
+    for _ in range(tries):
+        params = {name: rng.choice(values) for name, values in grid.items()}
+        cand = candidate_from_params(cfg.space, cfg.deployment, params)
+        if candidate_key(cand) in held or params in queued or param_budget(cand.arch, cfg.space)[1]:
+            continue
+        return params
+    return None
+
+
+def duplicate_of(study: optuna.Study, key: str, number: int) -> int | None:
+    """The first other trial of ``study`` holding candidate ``key`` (finished or running), else None.
+
+    Failed trials do not count (their candidate may be retried) and neither do duplicates.
+    """
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)):
+        if t.number != number and t.user_attrs.get("candidate_key") == key and DUPLICATE_ATTR not in t.user_attrs:
+            return t.number
+    return None
 
 
 class Objective:
@@ -310,55 +309,33 @@ class Objective:
     def _run(self, trial: optuna.Trial) -> tuple[float, ...]:
         cfg = self.cfg
         cand = suggest_candidate(trial, cfg.space, cfg.deployment)
-        arch = cand.arch
-        counts = arch.param_counts()
-        trial.set_user_attr("arch", arch.to_dict())
-        trial.set_user_attr("shape", shape_label(arch))
-        trial.set_user_attr("params_total", counts.total)
-        trial.set_user_attr("params_active", counts.active)
-        precision = cand.precision or cfg.deployment.weights
-        trial.set_user_attr("precision", precision)
-
-        # ---- checks before training, each a constraint (<= 0 feasible)
-        constraints: dict[str, float] = {}
-        reasons: list[str] = []
-        b = cfg.space.params
-        for key, count in (("total", counts.total), ("active", counts.active)):
-            hi, lo = getattr(b, f"max_{key}"), getattr(b, f"min_{key}")
-            if hi is not None:
-                constraints[f"params_{key}_max"] = count / hi - 1
-                if count > hi:
-                    reasons.append(f"{key} parameters {count:,} exceed space.params.max_{key}={hi:,.0f}")
-            if lo is not None:
-                constraints[f"params_{key}_min"] = 1 - count / lo
-                if count < lo:
-                    reasons.append(f"{key} parameters {count:,} below space.params.min_{key}={lo:,.0f}")
-        op = operating_point(arch, self.gpu, cfg.deployment, cand.precision)
-        constraints.update(op.violations)
-        if not op.feasible:
-            reasons.extend(op.reasons)
-        for key, value in sorted(constraints.items()):
+        original = duplicate_of(trial.study, candidate_key(cand), trial.number)
+        if original is not None:
+            # Evaluated (or being evaluated) already: no second proxy run, no second row in the results, and
+            # it does not count toward n_trials. PRUNED, so TPE ranks it after the evaluated trials; and the
+            # next trial is a shape the study does not hold yet, drawn at random from the space's grid, since
+            # a model-based sampler (GP) whose acquisition optimum rounds onto an evaluated shape would
+            # otherwise propose it again and again.
+            trial.set_user_attr(DUPLICATE_ATTR, original)
+            trial.set_user_attr("shape", shape_label(cand.arch))
+            fresh = unseen_params(trial.study, cfg, seed=cfg.seed + trial.number)
+            if fresh is not None:
+                trial.study.enqueue_trial(fresh, user_attrs={PROPOSED_BY_ATTR: f"random, after duplicate trial {trial.number}"})
+            else:
+                trial.set_user_attr(EXHAUSTED_ATTR, True)
+            raise optuna.TrialPruned(f"duplicate of trial {original}")
+        ev = evaluate(cand, cfg, self.gpu, self.names)
+        for key, value in ev.attrs.items():
+            trial.set_user_attr(key, value)
+        for key, value in sorted(ev.constraints.items()):
             trial.set_constraint(key, float(value))
-        if op.prediction is not None:
-            trial.set_user_attr(PERF_ATTR, _prediction_dict(op.prediction))
-            trial.set_user_attr("deployment", _jsonable(op.deployment.to_dict()))
-            trial.set_user_attr("deployment_label", op.deployment.label)
-        if reasons or any(v > 0 for v in constraints.values()):
-            reason = "; ".join(reasons) or "constraint violated: " + ", ".join(
-                f"{k}={v:.3g}" for k, v in constraints.items() if v > 0
-            )
-            trial.set_user_attr(INFEASIBLE_ATTR, reason)
-            raise optuna.TrialPruned(f"infeasible before training: {reason}")
-
-        pred = op.prediction
-        perf_values = {n: objective_value(n, pred, None) for n in self.names if n != "loss"}
-        trial.set_user_attr("perf_objectives", perf_values)
+        if ev.reason is not None:
+            raise optuna.TrialPruned(f"infeasible before training: {ev.reason}")
 
         loss = None
         if self.needs_proxy:
-            loss = self._proxy_loss(trial, cand, op, perf_values)
-        values = tuple(objective_value(n, pred, loss) for n in self.names)
-        return values
+            loss = self._proxy_loss(trial, cand, ev.scores.throughput, ev.perf_values)
+        return tuple(objective_value(n, ev.scores, loss) for n in self.names)
 
     # ---- proxy
     def _proxy_loss(self, trial: optuna.Trial, cand: Candidate, op: OperatingPoint, perf_values: dict[str, float]) -> float:

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from co_design.arch import Architecture
 from search.space import largest_divisor_at_most
 
-__all__ = ["ProxyLM", "reduce_architecture", "trainer_settings"]
+__all__ = ["ProxyLM", "reduce_architecture", "trainer_settings", "proxy_collisions"]
 
 
 def _round(x: float) -> int:
@@ -27,18 +27,29 @@ def _round(x: float) -> int:
 
 
 def reduce_architecture(arch: Architecture, reduction: Any, vocab: int) -> Architecture:
-    """The proxy of ``arch``: fewer heads/layers/experts, the data's vocabulary.
+    """The proxy of ``arch``: narrower, shallower, fewer experts, the data's vocabulary.
 
-    Width: ``heads * width`` heads of the same ``head_dim`` (at least enough for
-    ``reduction.min_hidden``), KV heads scaled alike and made to divide the heads,
-    FFN widths scaled by the same hidden ratio (rounded to 16, the NVFP4 block). Depth: ``layers *
-    depth`` layers (dense-first layers scaled alike, leaving one MoE layer). Experts:
-    ``experts * experts`` (at least top-k + 1; top-k and shared experts kept).
+    Width, by default: ``heads * width`` heads of the same ``head_dim`` (at least
+    enough for ``reduction.min_hidden``), KV heads scaled alike and made to divide the
+    heads. With ``reduction.keep_heads``: the candidate's heads and KV heads, each of
+    ``head_dim * width`` (even, for RoPE; at least enough for ``min_hidden``; raised until
+    the hidden size is whole 16-element NVFP4 blocks), so two
+    candidates that differ in heads or KV heads never share a proxy. Either way the FFN
+    widths scale by the same hidden ratio (rounded to 16, the NVFP4 block). Depth:
+    ``layers * depth`` layers (dense-first layers scaled alike, leaving one MoE layer).
+    Experts: ``experts * experts`` (at least top-k + 1; top-k and shared experts kept).
     """
-    head_dim = arch.head_dim
-    min_heads = max(1, math.ceil(reduction.min_hidden / head_dim))
-    heads = min(arch.heads, max(min_heads, _round(arch.heads * reduction.width)))
-    kv = largest_divisor_at_most(heads, max(1, _round(arch.kv_heads * heads / arch.heads)))
+    if reduction.keep_heads:
+        heads, kv = arch.heads, arch.kv_heads
+        head_dim = max(2, 2 * _round(arch.head_dim * reduction.width / 2), 2 * math.ceil(reduction.min_hidden / heads / 2))
+        while (heads * head_dim) % 16 and head_dim < arch.head_dim:  # hidden in whole NVFP4 blocks
+            head_dim += 2
+        head_dim = min(head_dim, arch.head_dim)
+    else:
+        head_dim = arch.head_dim
+        min_heads = max(1, math.ceil(reduction.min_hidden / head_dim))
+        heads = min(arch.heads, max(min_heads, _round(arch.heads * reduction.width)))
+        kv = largest_divisor_at_most(heads, max(1, _round(arch.kv_heads * heads / arch.heads)))
     hidden = heads * head_dim
     ratio = hidden / arch.hidden
 
@@ -162,3 +173,30 @@ class ProxyLM(L.LightningModule):
 
         sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+def proxy_collisions(space: Any, deployment: Any, reduction: Any, vocab: int, *, limit: int = 100_000) -> tuple[int, int, list[str]] | None:
+    """Whether distinct candidates of ``space`` share a proxy under ``reduction``.
+
+    Returns (distinct candidates, distinct proxies, up to three examples "A and B") by
+    enumerating the space, or None when it has more than ``limit`` suggestion
+    combinations (not checked). Candidates that differ only in precision train
+    different proxies (their QAT format differs). Pure Python; ~0.2 ms per candidate.
+    """
+    from search.space import enumerate_candidates, grid_size, shape_label
+
+    if grid_size(space, deployment) > limit:
+        return None
+    owner: dict[tuple[str, str | None], str] = {}
+    examples: list[str] = []
+    n = 0
+    for _, _, cand in enumerate_candidates(space, deployment):
+        n += 1
+        reduced = reduce_architecture(cand.arch, reduction, vocab).replace(name="proxy")
+        key = (repr(reduced), cand.precision)
+        if key in owner:
+            if len(examples) < 3:
+                examples.append(f"{owner[key]} and {shape_label(cand.arch)}")
+        else:
+            owner[key] = shape_label(cand.arch)
+    return n, len(owner), examples

@@ -7,9 +7,10 @@ Files in the run directory (rewritten after every trial and at the end):
 - ``trials.csv``: every finished trial with its state and reason.
 - ``summary.json``: study name, storage, objectives and directions, counts, the
   hypervolume reference point and value.
-- ``plots/pareto_front.html`` (interactive, plotly; ``plots/plotly.min.js`` beside it
-  so it opens offline), ``plots/pareto_front.png`` (matplotlib),
-  ``plots/hypervolume_history.png`` / ``.html``.
+- ``plots/``: drawn by :mod:`search.plots` (pairwise scatters, serving curves,
+  hypervolume history).
+
+Every shape appears once: a duplicate proposal (search/objective.py) has no row.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import csv
 import json
 import math
 import os
-import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -26,7 +26,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from search.config import OBJECTIVES
-from search.objective import FAIL_REASON_ATTR, INFEASIBLE_ATTR, PERF_ATTR
+from search.objective import DUPLICATE_ATTR, FAIL_REASON_ATTR, INFEASIBLE_ATTR, INTERACTIVE_ATTR, PERF_ATTR
 from search.space import human_count
 
 __all__ = [
@@ -36,7 +36,6 @@ __all__ = [
     "reference_point",
     "hypervolume",
     "write_results",
-    "write_plots",
     "format_pareto_table",
     "print_pareto_table",
     "PARETO_COLUMNS",
@@ -56,6 +55,12 @@ PARETO_COLUMNS = [
     "tpot_ms",
     "deployment",
     "batch",
+    "limited_by",
+    "tokens_per_s_per_user_at_throughput",
+    "interactive_deployment",
+    "interactive_batch",
+    "max_batch",
+    "max_num_tokens",
     "memory_per_gpu_gb",
     "bound",
     "proxy_params",
@@ -78,18 +83,28 @@ def _reason(t: FrozenTrial) -> str | None:
 
 
 def trial_rows(study: optuna.Study, objectives: Sequence[str]) -> list[dict[str, Any]]:
-    """One flat row per finished trial (numbers in SI-ish display units named in the keys)."""
+    """One flat row per finished trial (numbers in SI-ish display units named in the keys).
+
+    Duplicates (a shape the study already held, see search/objective.py) are left out:
+    every shape appears once.
+    """
     try:
         front = {t.number for t in study.best_trials}
     except Exception:  # no complete trial yet
         front = set()
-    return [trial_row(t, objectives, pareto=t.number in front) for t in study.get_trials(deepcopy=False, states=FINISHED)]
+    return [
+        trial_row(t, objectives, pareto=t.number in front)
+        for t in study.get_trials(deepcopy=False, states=FINISHED)
+        if DUPLICATE_ATTR not in t.user_attrs
+    ]
 
 
 def trial_row(t: FrozenTrial, objectives: Sequence[str], *, pareto: bool) -> dict[str, Any]:
     """The flat row of one finished trial (see :func:`trial_rows`)."""
     a = t.user_attrs
-    pred = a.get(PERF_ATTR) or {}
+    pred = a.get(PERF_ATTR) or {}  # the throughput point
+    inter = a.get(INTERACTIVE_ATTR) or {}  # the interactive point
+    runtime = (a.get("deployment") or {}).get("runtime") or {}
     row: dict[str, Any] = {
         "trial": t.number,
         "state": t.state.name,
@@ -100,11 +115,17 @@ def trial_row(t: FrozenTrial, objectives: Sequence[str], *, pareto: bool) -> dic
         "params_active": a.get("params_active"),
         "loss": a.get("proxy_loss"),
         "tokens_per_s_per_gpu": pred.get("output_tokens_per_s_per_gpu"),
-        "tokens_per_s_per_user": pred.get("output_tokens_per_s_per_user"),
-        "ttft_ms": pred.get("ttft_ms"),
-        "tpot_ms": pred.get("tpot_ms"),
+        "tokens_per_s_per_user": inter.get("output_tokens_per_s_per_user"),
+        "ttft_ms": inter.get("ttft_ms"),
+        "tpot_ms": inter.get("tpot_ms"),
         "deployment": a.get("deployment_label"),
         "batch": pred.get("batch"),
+        "limited_by": "; ".join(a.get("limited_by") or []) or None,
+        "tokens_per_s_per_user_at_throughput": pred.get("output_tokens_per_s_per_user"),
+        "interactive_deployment": a.get("interactive_deployment_label"),
+        "interactive_batch": inter.get("batch"),
+        "max_batch": runtime.get("max_batch"),
+        "max_num_tokens": runtime.get("max_num_tokens"),
         "memory_per_gpu_gb": pred.get("memory_per_gpu_gb"),
         "bound": pred.get("bound"),
         "proxy_params": a.get("proxy_params"),
@@ -204,9 +225,18 @@ def _finite(x: Any) -> Any:
 
 
 def write_results(
-    study: optuna.Study, objectives: Sequence[str], run_dir: str | Path, *, storage: str, n_trials: int
+    study: optuna.Study,
+    objectives: Sequence[str],
+    run_dir: str | Path,
+    *,
+    storage: str,
+    n_trials: int,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Write pareto.csv/json, trials.csv and summary.json; return the summary dict (with rows)."""
+    """Write pareto.csv/json, trials.csv and summary.json; return the summary dict (with rows).
+
+    ``extra`` adds keys to summary.json (e.g. what the operating points mean).
+    """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     rows = [{k: _finite(v) for k, v in r.items()} for r in trial_rows(study, objectives)]
@@ -234,42 +264,14 @@ def write_results(
         "trials": counts,
         "infeasible_before_training": sum(1 for r in rows if not r["feasible"]),
         "pareto_size": len(front),
+        "distinct_pareto_shapes": len({r["shape"] for r in front}),
+        "duplicates_skipped": sum(1 for t in study.get_trials(deepcopy=False) if DUPLICATE_ATTR in t.user_attrs),
         "hypervolume_reference_point": ref,
         "hypervolume": hv,
+        **(extra or {}),
     }
     _write_json(run_dir / "summary.json", summary)
     return {**summary, "rows": rows, "pareto": front}
-
-
-def write_plots(study: optuna.Study, objectives: Sequence[str], run_dir: str | Path, ref: Sequence[float] | None) -> dict[str, str]:
-    """Pareto front (HTML + PNG) and hypervolume history (HTML + PNG); returns {name: html text}."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out = Path(run_dir) / "plots"
-    out.mkdir(parents=True, exist_ok=True)
-    names = [OBJECTIVES[n][1] for n in objectives]
-    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    if not complete:
-        return {}
-    html: dict[str, str] = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        fig = optuna.visualization.plot_pareto_front(study, target_names=names)
-        fig.write_html(out / "pareto_front.html", include_plotlyjs="directory")
-        html["pareto_front"] = fig.to_html(include_plotlyjs="cdn", full_html=True)
-        ax = optuna.visualization.matplotlib.plot_pareto_front(study, target_names=names)
-        ax.figure.savefig(out / "pareto_front.png", dpi=110, bbox_inches="tight")
-        plt.close(ax.figure)
-        if ref is not None:
-            fig = optuna.visualization.plot_hypervolume_history(study, reference_point=list(ref))
-            fig.write_html(out / "hypervolume_history.html", include_plotlyjs="directory")
-            ax = optuna.visualization.matplotlib.plot_hypervolume_history(study, reference_point=list(ref))
-            ax.figure.savefig(out / "hypervolume_history.png", dpi=110, bbox_inches="tight")
-            plt.close(ax.figure)
-    return html
 
 
 def parallel_coordinates_html(rows: list[dict[str, Any]], objectives: Sequence[str]) -> str | None:
@@ -323,6 +325,8 @@ _TABLE = [
     ("TTFT ms", "ttft_ms", "ms"),
     ("TPOT ms", "tpot_ms", "ms"),
     ("deployment", "deployment", "str"),
+    ("batch", "batch", "str"),
+    ("limited by", "limited_by", "str"),
 ]
 
 
@@ -352,8 +356,10 @@ def print_pareto_table(summary: dict[str, Any], *, title: str) -> None:
     table = Table(show_lines=False)
     for i in keep:
         h = cells[0][i]
-        table.add_column(h, justify="left" if h in ("shape", "deployment", "prec") else "right")
+        table.add_column(h, justify="left" if h in ("shape", "deployment", "prec", "limited by") else "right")
     for row in cells[1:]:
         table.add_row(*(row[i] for i in keep))
     console = Console(width=max(160, Console().width))
     console.print(table)
+    for line in summary.get("definitions") or []:
+        print(f"  {line}")

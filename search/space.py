@@ -24,6 +24,11 @@ from co_design.arch import Architecture
 __all__ = [
     "Candidate",
     "suggest_candidate",
+    "candidate_key",
+    "candidate_from_params",
+    "space_grid",
+    "grid_size",
+    "enumerate_candidates",
     "parallel_choices",
     "ffn_units",
     "shape_label",
@@ -92,10 +97,9 @@ def suggest_candidate(trial: Any, space: Any, deployment: Any) -> Candidate:
     experts), ``shared_experts``, ``expert_ffn_multiplier``, ``dense_layers``
     (capped at layers - 1); ``precision`` when searched.
     """
-    a = space.alignment
     ffn_unit, expert_unit = ffn_units(space, deployment)
     hidden = trial.suggest_int("hidden", int(space.hidden[0]), int(space.hidden[1]), step=hidden_step(space))
-    layers = trial.suggest_int("layers", int(space.layers[0]), int(space.layers[1]))
+    layers = trial.suggest_int("layers", int(space.layers[0]), int(space.layers[1]), step=int(space.layers_step))
     head_dim = int(trial.suggest_categorical("head_dim", [int(h) for h in space.head_dim]))
     heads = max(1, hidden // head_dim)
     kv_asked = int(trial.suggest_categorical("kv_heads", [int(k) for k in space.kv_heads]))
@@ -139,6 +143,117 @@ def suggest_candidate(trial: Any, space: Any, deployment: Any) -> Candidate:
     arch = Architecture(**kw, name=space.name)
     arch = arch.replace(name=shape_label(arch))
     return Candidate(arch=arch, precision=precision)
+
+
+def candidate_key(cand: Candidate) -> str:
+    """Identity of a candidate: its full-size architecture (name aside) and precision.
+
+    Different suggestions can give the same shape (a KV-head count lowered to a divisor
+    of the heads, top-k capped at the experts); equal keys are the same candidate, whose
+    scores and proxy run would be the same.
+    """
+    import dataclasses
+    import hashlib
+
+    # field values in declaration order (nested MLA by its repr): stable across processes, ~10x cheaper
+    # than hashing to_dict()'s JSON, which matters when a whole space is enumerated
+    ident = [(f.name, getattr(cand.arch, f.name)) for f in dataclasses.fields(cand.arch) if f.name != "name"]
+    return hashlib.sha256(repr((ident, cand.precision)).encode()).hexdigest()[:16]
+
+
+class _GridTrial:
+    """A stand-in trial that answers each suggestion from ``params`` (else its low end).
+
+    With ``record=True`` it also keeps each suggestion's Optuna distribution (what
+    :func:`space_grid` reads); answering alone costs no distribution objects.
+    """
+
+    def __init__(self, params: dict[str, Any] | None = None, *, record: bool = False) -> None:
+        self.params = params or {}
+        self.record = record
+        self.distributions: dict[str, Any] = {}
+
+    def suggest_int(self, name: str, low: int, high: int, step: int = 1) -> int:
+        if self.record:
+            from optuna.distributions import IntDistribution
+
+            self.distributions[name] = IntDistribution(low, high, step=step)
+        return self.params.get(name, low)
+
+    def suggest_float(self, name: str, low: float, high: float, step: float | None = None) -> float:
+        if self.record:
+            from optuna.distributions import FloatDistribution
+
+            self.distributions[name] = FloatDistribution(low, high, step=step)
+        return self.params.get(name, low)
+
+    def suggest_categorical(self, name: str, choices: list[Any]) -> Any:
+        if self.record:
+            from optuna.distributions import CategoricalDistribution
+
+            self.distributions[name] = CategoricalDistribution(choices)
+        return self.params.get(name, choices[0])
+
+
+def candidate_from_params(space: Any, deployment: Any, params: dict[str, Any]) -> Candidate:
+    """The candidate a trial holding suggestion values ``params`` proposes (no Optuna trial needed)."""
+    return suggest_candidate(_GridTrial(params), space, deployment)
+
+
+def _grid_values(dist: Any) -> list[Any]:
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    if isinstance(dist, CategoricalDistribution):
+        return list(dist.choices)
+    if isinstance(dist, IntDistribution):
+        return list(range(dist.low, dist.high + 1, dist.step))
+    if isinstance(dist, FloatDistribution) and dist.step is not None:
+        n = int(math.floor((dist.high - dist.low) / dist.step + 1e-9))
+        return [round(dist.low + i * dist.step, 12) for i in range(n + 1)]
+    raise ValueError(f"cannot enumerate a continuous distribution {dist!r}")  # the spaces here are all discrete
+
+
+def space_grid(space: Any, deployment: Any) -> dict[str, list[Any]]:
+    """Every value each suggestion of :func:`suggest_candidate` can take, by parameter name.
+
+    The space's suggestions do not depend on each other's values (caps are applied
+    after), so the grid is the product of these lists. Its size bounds the number of
+    distinct candidates from above (several suggestions can give one shape).
+    """
+    return {name: _grid_values(dist) for name, dist in _distributions(space, deployment).items()}
+
+
+def _distributions(space: Any, deployment: Any) -> dict[str, Any]:
+    rec = _GridTrial(record=True)
+    suggest_candidate(rec, space, deployment)
+    return rec.distributions
+
+
+def grid_size(space: Any, deployment: Any) -> int:
+    """The number of suggestion combinations of the space (an upper bound on its distinct candidates)."""
+    return math.prod(len(v) for v in space_grid(space, deployment).values())
+
+
+def enumerate_candidates(space: Any, deployment: Any) -> Iterator[tuple[dict[str, Any], dict[str, Any], Candidate]]:
+    """Every distinct candidate of the space once: ``(params, distributions, candidate)``.
+
+    ``params``/``distributions`` are what an Optuna trial proposing this candidate would
+    hold (the first suggestion combination that gives it), so enumerated candidates can
+    be stored as ordinary trials (every suggestion is made whatever the values, so all
+    share one distributions mapping). About 0.1 ms per combination.
+    """
+    dists = _distributions(space, deployment)
+    grid = {name: _grid_values(d) for name, d in dists.items()}
+    names = list(grid)
+    seen: set[str] = set()
+    for values in itertools.product(*(grid[n] for n in names)):
+        params = dict(zip(names, values))
+        cand = suggest_candidate(_GridTrial(params), space, deployment)
+        key = candidate_key(cand)
+        if key in seen:
+            continue
+        seen.add(key)
+        yield params, dists, cand
 
 
 def shape_label(arch: Architecture) -> str:

@@ -143,7 +143,15 @@ class WandbTracker:
         run.finish(exit_code=0 if trial.state != TrialState.FAIL else 1)
 
     def summary(self, rows: list[dict[str, Any]], objectives: list[str], figures: dict[str, Any]) -> str | None:
-        """Log the all-trials table, charts and figures to a ``job_type="summary"`` run; return its dir."""
+        """Log the all-trials table, charts and figures to a ``job_type="summary"`` run; return its dir.
+
+        Each figure is logged as ``wandb.Html`` (``plots/<name>``) and, when
+        :func:`search.plots.write_plots` wrote its PNG, as ``wandb.Image``
+        (``plots/<name>_image``); the serving curves also as a native line chart
+        (``serving_curves``, from ``plots/serving_curves.json``).
+        """
+        import json
+
         wandb = self.wandb
         run = self._init(
             name=f"{self.study_name}-summary",
@@ -172,8 +180,33 @@ class WandbTracker:
                 scatter_table("tokens_per_s_per_user", "tokens_per_s_per_gpu"), "tokens_per_s_per_user",
                 "tokens_per_s_per_gpu", title="output tok/s/GPU vs tok/s/user",
             )
+
+        def serving_curves_chart(path: Path) -> Any:
+            try:
+                members = json.loads(path.read_text())["members"]
+            except (OSError, ValueError, KeyError):
+                return None
+            xs, ys, keys = [], [], []
+            for m in members:
+                for c in m["curves"]:
+                    xs.append(c["tokens_per_s_per_user"])
+                    ys.append(c["tokens_per_s_per_gpu"])
+                    keys.append(m["label"] if c["role"] == "throughput" else f"{m['label']} ({c['layout']}, interactive)")
+            if not keys:
+                return None
+            return wandb.plot.line_series(xs=xs, ys=ys, keys=keys, xname="output tok/s/user",
+                                          title="output tok/s/GPU vs tok/s/user (serving curves)")
+
+        plots_dir = Path(self.dir) / "plots"
         for key, html in figures.items():
             log[f"plots/{key}"] = wandb.Html(html, inject=False)
+            png = plots_dir / f"{key}.png"  # written beside the HTML by search.plots.write_plots
+            if png.is_file():
+                log[f"plots/{key}_image"] = wandb.Image(str(png), caption=key.replace("_", " "))
+        if "serving_curves" in figures:
+            chart = serving_curves_chart(plots_dir / "serving_curves.json")
+            if chart is not None:
+                log["serving_curves"] = chart
         run.log(log)
         run.summary["trials_total"] = len(rows)
         run.summary["trials_complete"] = len(complete)

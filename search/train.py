@@ -159,7 +159,8 @@ def train_proxy(
         weight_decay=p.weight_decay,
         aux_loss_coef=p.aux_loss_coef,
     )
-    from search.objective import NonFiniteLossError, perf_slo
+    from search.objective import NonFiniteLossError
+    from search.scoring import perf_slo
 
     slo = perf_slo(cfg.deployment.slo) if deployment.concurrency is None else None
     callback = CoDesignCallback(

@@ -24,7 +24,7 @@ def _options(group: str) -> list[str]:
 def test_default_config_composes_and_validates():
     cfg = validate(to_search_config(compose_cfg()))
     assert isinstance(cfg, SearchConfig)
-    assert cfg.hardware.gpu == "b200" and cfg.space.name == "dense_tiny" and cfg.sampler.name == "tpe"
+    assert cfg.hardware.gpu == "b200" and cfg.space.name == "dense_1b" and cfg.sampler.name == "tpe"
     assert cfg.objectives.names == ["loss", "tokens_per_s_per_gpu", "tokens_per_s_per_user"]
     assert cfg.proxy.data.source == "stdlib" and cfg.tracking.backend == "wandb" and cfg.storage is None
 
@@ -90,7 +90,7 @@ def test_every_problem_is_listed_with_its_key_and_fix():
     problems = e.value.problems
     text = "\n".join(problems)
     assert "unknown hardware.gpu 'b2OO'; known: " in text and "b200" in text
-    assert "space.hidden=[100, 512]: 100 is not a multiple of space.alignment=128" in text
+    assert "space.hidden=[100, 512]: 100 is not a multiple of space.alignment=256" in text
     assert "proxy.budget: set exactly one of tokens or steps" in text
     assert "choose 2 or 3 objectives" in text
     assert "proxy.reduction.width=1.5: must be in (0, 1]" in text

@@ -29,6 +29,8 @@ from search.compose import compose_config as compose_cfg
 
 # A proxy small enough for tests: a few steps of a 2-sequence batch of 32 bytes.
 TINY_PROXY = [
+    "space=dense_tiny",
+    "proxy=tiny",
     "proxy.budget.steps=4",
     "proxy.budget.val_every_steps=2",
     "proxy.data.seq_len=32",
@@ -69,7 +71,8 @@ def test_short_study_writes_results_that_agree_with_the_study(tmp_path):
         assert math.isfinite(loss) and 0 < loss < 10  # nats/token on bytes: below ln(256)=5.5 after training starts
         pred = t.user_attrs["prediction"]
         assert tps_gpu == pytest.approx(pred["output_tokens_per_s_per_gpu"])
-        assert tps_user == pytest.approx(pred["output_tokens_per_s_per_user"])
+        assert tps_user == pytest.approx(t.user_attrs["interactive_prediction"]["output_tokens_per_s_per_user"])
+        assert t.user_attrs["interactive_prediction"]["batch"] == 1  # the interactive point: one request in flight
         assert t.user_attrs["proxy_params"] < t.user_attrs["params_total"]  # the proxy is reduced
         assert t.user_attrs["arch"]["hidden"] % 128 == 0
 
@@ -83,6 +86,8 @@ def test_short_study_writes_results_that_agree_with_the_study(tmp_path):
         t = study.trials[int(r["trial"])]
         assert float(r["loss"]) == pytest.approx(t.values[0])
         assert float(r["tokens_per_s_per_gpu"]) == pytest.approx(t.values[1])
+        assert float(r["tokens_per_s_per_user"]) == pytest.approx(t.values[2])
+        assert r["limited_by"] and r["max_batch"] == "2048" and r["max_num_tokens"] == "8192"
     pareto_json = json.loads((run_dir / "pareto.json").read_text())
     assert {r["trial"] for r in pareto_json} == front
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -90,7 +95,8 @@ def test_short_study_writes_results_that_agree_with_the_study(tmp_path):
     assert summary["hypervolume"] is not None and summary["hypervolume"] >= 0
     with open(run_dir / "trials.csv") as f:
         assert len(list(csv.DictReader(f))) == 3
-    for name in ("pareto_front.png", "pareto_front.html", "hypervolume_history.png", "hypervolume_history.html"):
+    for name in ("pairwise.png", "pairwise.html", "serving_curves.png", "serving_curves.html",
+                 "hypervolume_history.png", "hypervolume_history.html"):
         assert (run_dir / "plots" / name).stat().st_size > 1000, name
     assert (run_dir / "plots" / "plotly.min.js").exists()  # the HTML opens offline
 
@@ -135,7 +141,7 @@ def test_resume_runs_only_the_remainder(tmp_path):
 
 def test_orphaned_running_trial_of_a_dead_worker_is_failed_and_not_counted(tmp_path):
     run_dir = tmp_path / "run"
-    cfg = _cfg("n_trials=1", "study_name=orphan", "tracking=off", "plots=false", "objectives=perf_only")
+    cfg = _cfg("n_trials=1", "study_name=orphan", "tracking=off", "plots=false", "objectives=perf_only", "strategy=sample")
     run(cfg, run_dir=run_dir)
     from search.app import make_storage
 
@@ -143,7 +149,7 @@ def test_orphaned_running_trial_of_a_dead_worker_is_failed_and_not_counted(tmp_p
     study = optuna.load_study(study_name="orphan", storage=storage)
     t = study.ask()  # a worker that died mid-trial: RUNNING forever
     t.set_user_attr("worker", {"host": socket.gethostname(), "pid": 2**22 + 12345})
-    res = run(_cfg("n_trials=2", "study_name=orphan", "tracking=off", "plots=false", "objectives=perf_only"), run_dir=run_dir)
+    res = run(_cfg("n_trials=2", "study_name=orphan", "tracking=off", "plots=false", "objectives=perf_only", "strategy=sample"), run_dir=run_dir)
     orphan = res.study.trials[t.number]
     assert orphan.state == TrialState.FAIL and orphan.user_attrs["fail_reason"].startswith("interrupted")
     assert res.finished == 2 and res.ran == 1
@@ -201,7 +207,7 @@ def test_perf_only_study_and_memory_constraint(tmp_path):
     # a ~60B-class dense model on one H100 in BF16 (>110 GB of weights) does not fit: infeasible before training
     res = run(
         compose_cfg(
-            "hardware=h100", "space=dense", "objectives=perf_only", "deployment.weights=bf16",
+            "hardware=h100", "space=dense", "objectives=perf_only", "strategy=sample", "deployment.weights=bf16",
             "deployment.activations=bf16", "space.hidden=[7168,8192]", "space.layers=[64,80]",
             "space.params.max_total=null", "n_trials=3", "study_name=mem", "tracking=off", "plots=false", "quiet=true",
         ),
@@ -229,7 +235,7 @@ def test_postgresql_storage(tmp_path):
         pytest.skip("no PostgreSQL at 127.0.0.1:5432/test")
     name = f"co-design-test-{uuid.uuid4().hex[:12]}"
     try:
-        cfg = ("objectives=perf_only", "n_trials=3", f"study_name={name}", f"storage={url}", "tracking=off", "plots=false")
+        cfg = ("objectives=perf_only", "strategy=sample", "n_trials=3", f"study_name={name}", f"storage={url}", "tracking=off", "plots=false")
         res = run(_cfg(*cfg), run_dir=tmp_path / "run")
         assert res.ran == 3
         loaded = optuna.load_study(study_name=name, storage=url)
@@ -251,7 +257,7 @@ def test_cli_same_command_resumes(tmp_path):
     from search.paths import REPO_ROOT
 
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    cmd = [sys.executable, "-m", "search", "objectives=perf_only", "n_trials=3", "study_name=cli", "tracking=off",
+    cmd = [sys.executable, "-m", "search", "objectives=perf_only", "strategy=sample", "n_trials=3", "study_name=cli", "tracking=off",
            "plots=false", "quiet=true"]
     first = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -268,7 +274,8 @@ def test_every_sampler_runs_a_constrained_study(tmp_path, sampler):
     # performance objectives only (no proxy): seconds per study; a budget that rejects part of the space
     res = run(
         compose_cfg(
-            f"sampler={sampler}", "sampler.n_startup_trials=2", "sampler.population_size=2", "objectives=perf_only",
+            "space=dense_tiny", "proxy=tiny",
+            f"sampler={sampler}", "sampler.n_startup_trials=2", "sampler.population_size=2", "objectives=perf_only", "strategy=sample",
             "n_trials=5", f"study_name=s-{sampler}", "tracking=off", "plots=false", "quiet=true",
             "space.params.max_total=4.0e7",
         ),
@@ -276,7 +283,9 @@ def test_every_sampler_runs_a_constrained_study(tmp_path, sampler):
     )
     assert res.ran == 5
     for t in res.study.trials:
-        assert set(t.constraints) == {"params_total_max", "parallelism", "memory"}
+        if "duplicate_of" in t.user_attrs:
+            continue
+        assert set(t.constraints) == {"params_total_max", "parallelism", "memory", "slo"}
         feasible = all(v <= 0 for v in t.constraints.values())
         assert (t.state == TrialState.COMPLETE) == feasible, (t.state, t.constraints)
 

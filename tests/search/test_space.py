@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import itertools
 import random
+import warnings
 
 import optuna
 import pytest
 
 from co_design.arch import Architecture
 from search.config import DeploymentConfig, ReductionConfig, SpaceConfig, to_search_config
-from search.objective import operating_point
+from search.scoring import throughput_point
 from search.proxy import reduce_architecture
 from search.results import hypervolume
 from search.space import ffn_units, hidden_step, parallel_choices, suggest_candidate
@@ -87,11 +88,11 @@ def test_rounding_is_half_up():
     assert reduce_architecture(a, ReductionConfig(depth=0.5), vocab=256).layers == 3  # 2.5 -> 3, not 2
 
 
-def test_operating_point_picks_the_best_valid_parallelism():
+def test_throughput_point_picks_the_best_valid_parallelism():
     gpu = "b200"
     arch = Architecture(hidden=4096, layers=32, heads=32, kv_heads=8, head_dim=128, ffn=14336, vocab=128256)
     dep = DeploymentConfig(gpus=8, tp=[1, 2, 4, 8, 3])  # tp=3 divides neither the node nor the heads
-    op = operating_point(arch, gpu, dep)
+    op = throughput_point(arch, gpu, dep)
     assert op.feasible and op.violations["parallelism"] == 0 and op.violations["memory"] <= 0
     assert any("tp=3" in r for r in op.reasons)
     from co_design import perf
@@ -102,14 +103,14 @@ def test_operating_point_picks_the_best_valid_parallelism():
     assert op.prediction.output_tokens_per_s_per_gpu == pytest.approx(best)
 
 
-def test_operating_point_reports_memory_and_slo_violations():
+def test_throughput_point_reports_memory_and_slo_violations():
     big = Architecture(hidden=8192, layers=80, heads=64, kv_heads=8, head_dim=128, ffn=28672, vocab=128256)
-    op = operating_point(big, "h100", DeploymentConfig(weights="bf16", activations="bf16"))
+    op = throughput_point(big, "h100", DeploymentConfig(weights="bf16", activations="bf16"))
     assert not op.feasible and op.violations["memory"] > 0 and any("does not fit" in r for r in op.reasons)
     small = Architecture(hidden=1024, layers=8, heads=8, head_dim=128, ffn=4096, vocab=32000)
     dep = DeploymentConfig()
     dep.slo.min_tokens_per_s_per_user = 1e9  # unreachable
-    op = operating_point(small, "b200", dep)
+    op = throughput_point(small, "b200", dep)
     assert not op.feasible and op.violations["slo"] > 0 and any("SLO" in r for r in op.reasons)
 
 
@@ -165,8 +166,8 @@ def test_hardware_overrides_reach_the_performance_model():
     assert gpu.hbm_bytes_per_s == 1.0e12 and gpu.peak_flops_per_s["fp8"] == 1.0e15
     assert gpu.peak_flops_per_s["nvfp4"] > 0  # other precisions kept
     arch = Architecture(hidden=2048, layers=16, heads=16, kv_heads=4, head_dim=128, ffn=8192, vocab=128256)
-    slow = operating_point(arch, gpu, DeploymentConfig())
-    fast = operating_point(arch, "b200", DeploymentConfig())
+    slow = throughput_point(arch, gpu, DeploymentConfig())
+    fast = throughput_point(arch, "b200", DeploymentConfig())
     assert slow.prediction.output_tokens_per_s_per_gpu < fast.prediction.output_tokens_per_s_per_gpu
 
 
@@ -181,12 +182,63 @@ def test_heads_multiple_sets_the_hidden_step():
         validate(cfg)
 
 
-@pytest.mark.parametrize("space_name", ["dense_tiny", "moe_tiny"])
-def test_proxies_are_whole_nvfp4_blocks(space_name):
-    cfg = to_search_config(compose_cfg(f"space={space_name}"))
+@pytest.mark.parametrize("space_name, proxy", [("dense_tiny", "tiny"), ("moe_tiny", "tiny"), ("dense_1b", "cpu"),
+                                               ("dense_tiny", "cpu"), ("moe_tiny", "cpu")])
+def test_proxies_are_whole_nvfp4_blocks(space_name, proxy):
+    cfg = to_search_config(compose_cfg(f"space={space_name}", f"proxy={proxy}"))
+    import torch
+
+    from co_design.model import Transformer
+    from co_design.quant import QuantConfig, quantize_model
+
     for cand in _candidates(cfg.space, cfg.deployment, n=40):
         r = reduce_architecture(cand.arch, cfg.proxy.reduction, vocab=256)
-        dims = [r.hidden, r.ffn, r.heads * r.head_dim, r.kv_heads * r.head_dim]
+        dims = [r.hidden, r.ffn, r.heads * r.head_dim]  # what the proxy's Linear layers read (K)
         if r.is_moe:
             dims += [r.expert_ffn, r.shared_expert_ffn]
         assert all(d % 16 == 0 for d in dims), (cand.arch, r)  # every Linear input splits into 16-element blocks
+        # ... so QAT quantizes every Linear but the output head and routers (it warns when it must skip one)
+        with torch.device("meta"):
+            model = Transformer(r, max_seq_len=8)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            swapped = quantize_model(model, QuantConfig(format="nvfp4"))
+        kept = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n not in swapped]
+        assert swapped and all(n == "lm_head" or n.endswith(".router") for n in kept), kept  # high precision by design
+
+
+def test_the_grid_enumerates_every_candidate_a_sampler_can_propose_once():
+    from search.space import candidate_key, enumerate_candidates, grid_size, space_grid
+
+    cfg = to_search_config(compose_cfg("space=moe_tiny", "proxy=tiny"))
+    grid = space_grid(cfg.space, cfg.deployment)
+    assert grid["hidden"] == [128, 256, 384] and grid["experts"] == [4, 8] and grid["ffn_multiplier"] == [2.0, 3.0, 4.0]
+    assert grid_size(cfg.space, cfg.deployment) == 6480
+    found = list(enumerate_candidates(cfg.space, cfg.deployment))
+    keys = [candidate_key(c) for _, _, c in found]
+    assert len(keys) == len(set(keys)) < 6480  # distinct: e.g. top-2 of ... kv 4 lowered to a divisor of 2 heads
+    sampled = {candidate_key(c) for c in _candidates(cfg.space, cfg.deployment, n=200)}
+    assert sampled <= set(keys)  # whatever a sampler proposes is in the enumeration
+    # the recorded params and distributions reproduce the candidate through an ordinary Optuna trial
+    params, dists, cand = found[123]
+    study = optuna.create_study()
+    study.enqueue_trial(params)
+    again = suggest_candidate(study.ask(dists), cfg.space, cfg.deployment)
+    assert candidate_key(again) == candidate_key(cand)
+
+
+def test_the_default_space_trains_one_proxy_per_candidate_and_dense_tiny_does_not():
+    from search.proxy import proxy_collisions
+
+    cfg = to_search_config(compose_cfg())
+    n, proxies, examples = proxy_collisions(cfg.space, cfg.deployment, cfg.proxy.reduction, vocab=256)
+    assert n == proxies == 1072 and not examples
+    tiny = to_search_config(compose_cfg("space=dense_tiny", "proxy=tiny"))
+    n, proxies, examples = proxy_collisions(tiny.space, tiny.deployment, tiny.proxy.reduction, vocab=256)
+    assert proxies < n and examples  # the finding: width 0.25 / depth 0.5 merge distinct shapes
+
+
+def test_keep_heads_keeps_the_attention_layout_and_scales_every_width_alike():
+    a = Architecture(hidden=2048, layers=16, heads=16, kv_heads=4, head_dim=128, ffn=8192, vocab=32000)
+    r = reduce_architecture(a, ReductionConfig(width=1 / 16, depth=1 / 8, keep_heads=True, min_hidden=16), vocab=256)
+    assert (r.heads, r.kv_heads, r.head_dim, r.hidden, r.ffn, r.layers) == (16, 4, 8, 128, 512, 2)

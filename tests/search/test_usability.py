@@ -21,6 +21,8 @@ from search.paths import REPO_ROOT, unknown_group_option
 from search.results import print_pareto_table
 
 TINY = [
+    "space=dense_tiny",
+    "proxy=tiny",
     "proxy.budget.steps=4",
     "proxy.budget.val_every_steps=2",
     "proxy.data.seq_len=32",
@@ -44,7 +46,7 @@ TINY = [
 def test_unknown_group_option_names_the_group_and_the_known_options(arg, group):
     msg = unknown_group_option([arg, "tracking=off"])
     assert msg is not None and msg.startswith(f"unknown {group} ")
-    known = {"sampler": "gp, nsga2, nsga3, random, tpe", "space": "dense, dense_tiny, moe, moe_tiny"}.get(group)
+    known = {"sampler": "gp, nsga2, nsga3, random, tpe", "space": "dense, dense_1b, dense_tiny, moe, moe_tiny"}.get(group)
     if known:
         assert f"known: {known}" in msg
     if group == "experiment":
@@ -79,24 +81,24 @@ def _problems(*overrides: str) -> str:
 
 
 def test_a_tp_that_divides_no_candidates_heads_is_refused_before_any_trial():
-    msg = _problems("deployment.tp=[16]", "deployment.gpus=16")  # dense_tiny: 2-8 heads
+    msg = _problems("space=dense_tiny", "deployment.tp=[16]", "deployment.gpus=16")  # dense_tiny: 2-8 heads
     assert "no parallelism choice of deployment (tp=[16]" in msg and "tp=16 does not divide heads=" in msg
     assert "space.heads_multiple" in msg
-    assert "helix=4 must divide tp=2" in _problems("deployment.tp=[2]", "deployment.helix=[4]")
+    assert "helix=4 must divide tp=2" in _problems("space=dense_tiny", "deployment.tp=[2]", "deployment.helix=[4]")
     # a choice that serves part of the space is allowed (the rest is pruned before training)
-    validate(to_search_config(compose_config("deployment.tp=[3]")))
+    validate(to_search_config(compose_config("space=dense_tiny", "deployment.tp=[3]")))
 
 
 def test_an_alignment_the_head_dim_does_not_divide_gets_one_message():
-    msg = _problems("space.alignment=96")
+    msg = _problems("space=dense_tiny", "space.alignment=96")
     assert "(1 problem(s))" in msg and "space.alignment=96 is not a multiple of the space.head_dim choice 64" in msg
 
 
 def test_a_storage_url_that_cannot_be_opened_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match=r"storage='garbage://' cannot be opened \(NoSuchModuleError"):
-        run(compose_config("objectives=perf_only", "n_trials=1", "storage=garbage://", *TINY), run_dir=tmp_path)
+        run(compose_config("objectives=perf_only", "strategy=sample", "n_trials=1", "storage=garbage://", *TINY), run_dir=tmp_path)
     with pytest.raises(ConfigError, match=r"storage='postgresql\+psycopg://u:\*\*\*@127.0.0.1:1/x' cannot be opened"):
-        run(compose_config("objectives=perf_only", "n_trials=1", "storage=postgresql+psycopg://u:secret@127.0.0.1:1/x",
+        run(compose_config("objectives=perf_only", "strategy=sample", "n_trials=1", "storage=postgresql+psycopg://u:secret@127.0.0.1:1/x",
                            *TINY), run_dir=tmp_path)
 
 
@@ -107,7 +109,7 @@ def test_a_gpu_sized_proxy_on_a_cpu_machine_is_refused_before_any_trial(tmp_path
         run(cfg, run_dir=tmp_path / "run")
     assert not (tmp_path / "run").exists()
     # the same recipe without training runs on CPU
-    res = run(compose_config("experiment=dense_1b_b200_fp8_vs_nvfp4", "objectives=perf_only", "n_trials=2",
+    res = run(compose_config("experiment=dense_1b_b200_fp8_vs_nvfp4", "objectives=perf_only", "strategy=sample", "n_trials=2",
                              "tracking=off", "quiet=true", "plots=false"), run_dir=tmp_path / "perf")
     assert res.ran == 2
 
@@ -181,7 +183,7 @@ def test_a_failed_trials_traceback_goes_to_errors_log_not_the_console(tmp_path, 
 def test_the_same_seed_proposes_the_same_shapes(tmp_path, sampler):
     def params(run_dir):
         cfg = compose_config(f"sampler={sampler}", "sampler.n_startup_trials=2", "sampler.population_size=2",
-                             "objectives=perf_only", "n_trials=5", f"study_name=seed-{sampler}", *TINY)
+                             "objectives=perf_only", "strategy=sample", "n_trials=5", f"study_name=seed-{sampler}", *TINY)
         return [t.params for t in run(cfg, run_dir=run_dir).study.trials]
 
     assert params(tmp_path / "a") == params(tmp_path / "b")
@@ -189,7 +191,7 @@ def test_the_same_seed_proposes_the_same_shapes(tmp_path, sampler):
 
 # --------------------------------------------------------------------------- resume
 def test_resuming_a_study_with_other_settings_is_refused_naming_what_changed(tmp_path):
-    base = ("objectives=perf_only", "study_name=same", *TINY)
+    base = ("objectives=perf_only", "strategy=sample", "study_name=same", *TINY)
     run(compose_config("n_trials=1", *base), run_dir=tmp_path)
     with pytest.raises(ConfigError, match=r"other settings: hardware.gpu: 'b200' -> 'gb200'.*study_name=same-2"):
         run(compose_config("n_trials=2", "hardware=gb200", *base), run_dir=tmp_path)

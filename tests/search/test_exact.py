@@ -1,0 +1,103 @@
+"""Exact fronts by enumeration, and no duplicate work when sampling (performance-only: seconds, no training)."""
+
+from __future__ import annotations
+
+import csv
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from search.app import finished_count, run
+from search.compose import compose_config
+from search.config import ConfigError, to_search_config
+from search.objective import DUPLICATE_ATTR, evaluate
+from search.scoring import objective_value
+from search.space import enumerate_candidates
+
+# 2 hidden x 2 layer counts x 2 KV-head choices x 2 FFN widths = 16 distinct dense shapes
+SMALL = (
+    "space=dense_tiny", "proxy=tiny", "space.hidden=[128,256]", "space.layers=[2,3]", "space.kv_heads=[1,2]",
+    "space.ffn_multiplier=[2.0,4.0]", "space.ffn_multiplier_step=2.0", "objectives=perf_only", "tracking=off",
+    "plots=false", "quiet=true",
+)
+
+
+def _front(points: list[tuple[float, float]]) -> set[tuple[float, float]]:
+    """Non-dominated points, both objectives maximised (brute force)."""
+    return {p for p in points if not any(q[0] >= p[0] and q[1] >= p[1] and q != p for q in points)}
+
+
+def test_perf_only_enumerates_the_space_and_returns_the_exact_front(tmp_path):
+    res = run(compose_config(*SMALL, "study_name=exact"), run_dir=tmp_path / "run")
+    cfg = to_search_config(compose_config(*SMALL))
+    cands = [c for _, _, c in enumerate_candidates(cfg.space, cfg.deployment)]
+    assert len(cands) == 16
+    # every distinct shape scored once, as an ordinary finished trial
+    trials = res.study.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED))
+    assert len(trials) == 16 and len({t.user_attrs["shape"] for t in trials}) == 16
+    # the front equals the brute-force front of independently scored candidates
+    names = ["tokens_per_s_per_gpu", "tokens_per_s_per_user"]
+    points = []
+    from search.app import _resolve_gpu
+
+    gpu = _resolve_gpu(cfg)
+    for c in cands:
+        ev = evaluate(c, cfg, gpu, names)
+        if ev.reason is None:
+            points.append(tuple(objective_value(n, ev.scores, None) for n in names))
+    assert {tuple(t.values) for t in res.study.best_trials} == _front(points)
+    assert res.summary["enumeration"]["candidates"] == 16 and res.summary["strategy"] == "enumerate"
+    # the same command again scores nothing
+    again = run(compose_config(*SMALL, "study_name=exact"), run_dir=tmp_path / "run")
+    assert again.ran == 0 and len(again.study.trials) == 16
+
+
+def test_a_parameter_band_is_applied_before_scoring(tmp_path):
+    band = ("space.params.min_total=9e6", "space.params.max_total=1.3e7", "study_name=band")
+    res = run(compose_config(*SMALL, *band), run_dir=tmp_path / "run")
+    e = res.summary["enumeration"]
+    assert e["outside_band"] > 0 and e["scored"] + e["outside_band"] == 16
+    for t in res.study.trials:
+        assert 9e6 <= t.user_attrs["params_total"] <= 1.3e7
+
+
+def test_enumeration_is_refused_when_loss_is_an_objective():
+    with pytest.raises(ConfigError, match="strategy=enumerate .* loss is an objective"):
+        run(compose_config("strategy=enumerate", "tracking=off"))
+
+
+def test_sampling_never_evaluates_a_shape_twice_and_duplicates_do_not_count(tmp_path):
+    # random search over 16 shapes: with 12 draws a repeat is near-certain (seeded, so certain here)
+    res = run(compose_config(*SMALL, "strategy=sample", "sampler=random", "n_trials=12", "study_name=dups"),
+              run_dir=tmp_path / "run")
+    dups = [t for t in res.study.trials if DUPLICATE_ATTR in t.user_attrs]
+    assert dups, "the seeded random sampler repeated no shape: the test no longer covers duplicates"
+    assert all(t.state == TrialState.PRUNED and "prediction" not in t.user_attrs for t in dups)  # nothing evaluated
+    assert finished_count(res.study) == 12  # the budget is 12 distinct shapes
+    with open(tmp_path / "run" / "trials.csv") as f:
+        shapes = [r["shape"] for r in csv.DictReader(f)]
+    assert len(shapes) == 12 == len(set(shapes))
+    assert res.summary["duplicates_skipped"] == len(dups)
+
+
+def test_sampling_stops_when_the_space_is_exhausted(tmp_path, capsys):
+    res = run(compose_config(*SMALL, "strategy=sample", "sampler=random", "n_trials=40", "study_name=all"),
+              run_dir=tmp_path / "run")
+    assert finished_count(res.study) == 16
+    out = capsys.readouterr().out
+    assert "at most 16 distinct shapes, fewer than n_trials=40" in out and "looks exhausted" in out
+    keys = [t.user_attrs["candidate_key"] for t in res.study.trials if DUPLICATE_ATTR not in t.user_attrs]
+    assert len(keys) == len(set(keys)) == 16
+
+
+def test_a_duplicate_of_a_running_trial_is_not_evaluated_again():
+    from search.objective import duplicate_of
+
+    study = optuna.create_study(directions=["maximize", "maximize"])
+    running = study.ask()
+    running.set_user_attr("candidate_key", "abc")
+    assert duplicate_of(study, "abc", number=1) == running.number
+    assert duplicate_of(study, "abc", number=running.number) is None  # itself
+    study.tell(running, state=TrialState.FAIL)
+    assert duplicate_of(study, "abc", number=1) is None  # a failed candidate may be tried again

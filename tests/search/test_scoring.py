@@ -1,0 +1,92 @@
+"""The two operating points of a candidate and what limits them (fast, no training)."""
+
+from __future__ import annotations
+
+import pytest
+
+from co_design import perf
+from co_design.arch import Architecture
+from search.compose import compose_config as compose_cfg
+from search.config import DeploymentConfig, SLOConfig, to_search_config
+from search.scoring import definitions, interactive_point, objective_value, score_candidate, throughput_point
+from search.space import enumerate_candidates
+
+ARCH = Architecture(hidden=2048, layers=16, heads=16, kv_heads=8, head_dim=128, ffn=8192, vocab=32000)
+
+
+def _dep(**kw) -> DeploymentConfig:
+    kw.setdefault("slo", SLOConfig())
+    return DeploymentConfig(**kw)
+
+
+def test_interactive_point_is_the_fastest_layout_at_the_stated_concurrency():
+    dep = _dep(gpus=8, tp=[1, 2, 4, 8])
+    ip = interactive_point(ARCH, "b200", dep)
+    by_tp = {tp: perf.predict(ARCH, "b200", perf.Deployment(gpus=8, tp=tp, concurrency=1)) for tp in (1, 2, 4, 8)}
+    best = max(by_tp.values(), key=lambda p: p.output_tokens_per_s_per_user)
+    assert ip.feasible and ip.prediction.batch == 1
+    assert ip.prediction.output_tokens_per_s_per_user == pytest.approx(best.output_tokens_per_s_per_user)
+    assert ip.deployment.tp == max(by_tp, key=lambda tp: by_tp[tp].output_tokens_per_s_per_user)
+    # a higher stated concurrency is slower per user
+    busier = interactive_point(ARCH, "b200", _dep(gpus=8, tp=[1, 2, 4, 8], interactive_concurrency=64))
+    assert busier.prediction.output_tokens_per_s_per_user < ip.prediction.output_tokens_per_s_per_user
+
+
+def test_objectives_come_from_their_own_operating_points():
+    dep = _dep(slo=SLOConfig(min_tokens_per_s_per_user=50.0))
+    s = score_candidate(ARCH, "b200", dep)
+    tp, ip = s.throughput.prediction, s.interactive.prediction
+    assert objective_value("tokens_per_s_per_gpu", s, None) == tp.output_tokens_per_s_per_gpu
+    assert objective_value("tokens_per_s_per_user", s, None) == ip.output_tokens_per_s_per_user
+    assert objective_value("tpot_ms", s, None) == pytest.approx(ip.tpot_s * 1e3)
+    assert objective_value("ttft_ms", s, None) == pytest.approx(ip.ttft_s * 1e3)
+    assert objective_value("loss", s, 2.5) == 2.5
+    assert tp.batch > 100 * ip.batch  # two different loads, not one point read twice
+    assert tp.output_tokens_per_s_per_user >= 50.0  # the throughput point meets the SLO
+
+
+def test_interactivity_is_not_throughput_divided_by_a_constant():
+    # Over the default space, the two objectives must carry different information: their ratio
+    # (tok/s/user / tok/s/GPU) varies across candidates, and their rank orders disagree on many pairs.
+    cfg = to_search_config(compose_cfg())
+    pairs = []
+    for i, (_, _, cand) in enumerate(enumerate_candidates(cfg.space, cfg.deployment)):
+        if i % 25:
+            continue
+        s = score_candidate(cand.arch, "b200", cfg.deployment)
+        if s.feasible:
+            pairs.append((objective_value("tokens_per_s_per_gpu", s, None), objective_value("tokens_per_s_per_user", s, None)))
+    assert len(pairs) >= 20
+    ratios = [u / g for g, u in pairs]
+    assert max(ratios) / min(ratios) > 1.5
+    discordant = sum(1 for a in pairs for b in pairs if a[0] > b[0] and a[1] < b[1])
+    assert discordant >= 0.1 * len(pairs) * (len(pairs) - 1) / 2  # a trade-off, not one ranking
+
+
+@pytest.mark.parametrize(
+    "kw, limit",
+    [
+        (dict(), "max_batch=2048 (runtime)"),  # a 1B model on a B200 would batch beyond the runtime's cap
+        (dict(max_batch=64), "max_batch=64 (runtime)"),
+        (dict(isl=32768), "KV cache (HBM)"),  # long prompts: the cache holds ~150 requests
+        (dict(max_num_tokens=2048), "max_num_tokens=2048 (runtime)"),
+        (dict(slo=SLOConfig(min_tokens_per_s_per_user=50.0)), "SLO"),
+        (dict(concurrency=64), "concurrency=64 (fixed)"),
+    ],
+)
+def test_what_limits_the_throughput_point_is_named(kw, limit):
+    s = score_candidate(ARCH, "b200", _dep(**kw))
+    assert s.limits == [limit]
+
+
+def test_a_larger_runtime_cap_lifts_a_capped_candidate():
+    capped = throughput_point(ARCH, "b200", _dep(max_batch=64)).prediction
+    free = throughput_point(ARCH, "b200", _dep(max_batch=4096)).prediction
+    assert capped.batch == 64 and free.batch > 64
+    assert free.output_tokens_per_s_per_gpu > capped.output_tokens_per_s_per_gpu
+
+
+def test_definitions_name_the_slo_the_concurrency_and_the_runtime_limits():
+    text = "\n".join(definitions(_dep(slo=SLOConfig(min_tokens_per_s_per_user=50.0), interactive_concurrency=4)))
+    assert ">= 50 tok/s/user" in text and "4 request(s) in flight" in text
+    assert "max_batch=2048" in text and "max_num_tokens=8192" in text
