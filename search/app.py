@@ -324,7 +324,8 @@ def _check_proxy_collisions(cfg: SearchConfig, vocab: int, say: Callable[[str], 
     say(
         f"warning: proxy.reduction maps the {n} distinct candidates of space={cfg.space.name!r} onto {proxies} proxies "
         f"(e.g. {examples[0]}): candidates sharing a proxy get the same loss, so the performance objectives alone "
-        "decide between them; set proxy.reduction.keep_heads=true, or widths/depth factors that keep them apart"
+        "decide between them; use the proxy its recipes pair with it (dense_1b: proxy=cpu; dense_tiny, moe_tiny: "
+        "proxy=tiny; dense, moe: proxy=gpu) or set proxy.reduction (keep_layout=true, a depth whose steps stay apart)"
     )
 
 

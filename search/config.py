@@ -183,9 +183,11 @@ class ReductionConfig:
     """How the proxy shrinks a candidate before training it (factors in (0, 1]).
 
     ``width`` scales hidden and FFN widths: through the number of heads at a fixed
-    head_dim, or, with ``keep_heads``, through head_dim at the candidate's own heads and
-    KV heads (so distinct attention layouts stay distinct proxies); ``depth`` scales
-    layers; ``experts`` scales the expert count (top-k kept).
+    head_dim, or, with ``keep_layout``, through head_dim at the candidate's own heads,
+    KV heads and dense-first layers (so distinct layouts stay distinct proxies);
+    ``depth`` scales layers; ``experts`` scales the expert count (top-k kept). Each
+    space's recipes pair it with a proxy whose reduction keeps its distinct candidates
+    apart (checked before training: search/proxy.py ``proxy_collisions``).
     ``vocab`` null trains on the data's own vocabulary; an integer folds token ids
     modulo it (the hashing trick) to shrink embedding and output head.
     """
@@ -195,7 +197,7 @@ class ReductionConfig:
     experts: float = 1.0
     vocab: Optional[int] = None
     min_hidden: int = 32
-    keep_heads: bool = False
+    keep_layout: bool = False
 
 
 @dataclass

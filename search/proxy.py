@@ -31,15 +31,16 @@ def reduce_architecture(arch: Architecture, reduction: Any, vocab: int) -> Archi
 
     Width, by default: ``heads * width`` heads of the same ``head_dim`` (at least
     enough for ``reduction.min_hidden``), KV heads scaled alike and made to divide the
-    heads. With ``reduction.keep_heads``: the candidate's heads and KV heads, each of
+    heads. With ``reduction.keep_layout``: the candidate's heads and KV heads, each of
     ``head_dim * width`` (even, for RoPE; at least enough for ``min_hidden``; raised until
-    the hidden size is whole 16-element NVFP4 blocks), so two
-    candidates that differ in heads or KV heads never share a proxy. Either way the FFN
-    widths scale by the same hidden ratio (rounded to 16, the NVFP4 block). Depth:
-    ``layers * depth`` layers (dense-first layers scaled alike, leaving one MoE layer).
-    Experts: ``experts * experts`` (at least top-k + 1; top-k and shared experts kept).
+    the hidden size is whole 16-element NVFP4 blocks), so two candidates that differ in
+    heads or KV heads never share a proxy. Either way the FFN widths scale by the same
+    hidden ratio (rounded to 16, the NVFP4 block). Depth: ``layers * depth`` layers; the
+    dense-first layers of an MoE are scaled alike, or kept as they are with
+    ``keep_layout``, leaving at least one MoE layer. Experts: ``experts * experts`` (at
+    least top-k + 1; top-k and shared experts kept).
     """
-    if reduction.keep_heads:
+    if reduction.keep_layout:
         heads, kv = arch.heads, arch.kv_heads
         head_dim = max(2, 2 * _round(arch.head_dim * reduction.width / 2), 2 * math.ceil(reduction.min_hidden / heads / 2))
         while (heads * head_dim) % 16 and head_dim < arch.head_dim:  # hidden in whole NVFP4 blocks
@@ -70,7 +71,8 @@ def reduce_architecture(arch: Architecture, reduction: Any, vocab: int) -> Archi
     if arch.is_moe:
         experts = max(arch.experts_per_token + 1, _round(arch.experts * reduction.experts))
         experts = min(experts, arch.experts)
-        dense = min(_round(arch.dense_layers * reduction.depth), layers - 1)
+        dense = arch.dense_layers if reduction.keep_layout else _round(arch.dense_layers * reduction.depth)
+        dense = min(dense, layers - 1)
         changes.update(
             experts=experts,
             expert_ffn=width(arch.expert_ffn),

@@ -227,18 +227,40 @@ def test_the_grid_enumerates_every_candidate_a_sampler_can_propose_once():
     assert candidate_key(again) == candidate_key(cand)
 
 
-def test_the_default_space_trains_one_proxy_per_candidate_and_dense_tiny_does_not():
+# Every shipped space with the proxy its default or recipes pair it with.
+SPACE_PROXIES = [("dense_1b", "cpu", 1072), ("dense_tiny", "tiny", 427), ("moe_tiny", "tiny", 5280), ("dense", "gpu", 6832)]
+
+
+@pytest.mark.parametrize("space_name, proxy, distinct", SPACE_PROXIES)
+def test_every_distinct_candidate_of_a_shipped_space_trains_its_own_proxy(space_name, proxy, distinct):
     from search.proxy import proxy_collisions
 
-    cfg = to_search_config(compose_cfg())
+    cfg = to_search_config(compose_cfg(f"space={space_name}", f"proxy={proxy}"))
     n, proxies, examples = proxy_collisions(cfg.space, cfg.deployment, cfg.proxy.reduction, vocab=256)
-    assert n == proxies == 1072 and not examples
-    tiny = to_search_config(compose_cfg("space=dense_tiny", "proxy=tiny"))
-    n, proxies, examples = proxy_collisions(tiny.space, tiny.deployment, tiny.proxy.reduction, vocab=256)
-    assert proxies < n and examples  # the finding: width 0.25 / depth 0.5 merge distinct shapes
+    assert n == proxies == distinct and not examples
 
 
-def test_keep_heads_keeps_the_attention_layout_and_scales_every_width_alike():
+def test_the_moe_space_trains_its_own_proxy_per_candidate_sampled():
+    # ~340k suggestion combinations: too many to enumerate in a test; 3000 seeded draws instead
+    from search.space import candidate_key
+
+    cfg = to_search_config(compose_cfg("space=moe", "proxy=gpu", "deployment=gb200_nvl72_dep"))
+    seen: dict[str, str] = {}
+    for cand in _candidates(cfg.space, cfg.deployment, n=3000):
+        proxy = repr(reduce_architecture(cand.arch, cfg.proxy.reduction, vocab=256).replace(name="p"))
+        assert seen.setdefault(proxy, candidate_key(cand)) == candidate_key(cand), cand.arch
+
+
+def test_a_reduction_that_merges_candidates_is_found():
+    from search.proxy import proxy_collisions
+
+    # the CPU proxy of the 0.5-3B space (depth 1/8) on the tiny space: 2-8 layers collapse to 1
+    cfg = to_search_config(compose_cfg("space=dense_tiny", "proxy=cpu"))
+    n, proxies, examples = proxy_collisions(cfg.space, cfg.deployment, cfg.proxy.reduction, vocab=256)
+    assert proxies < n and len(examples) == 3 and " and " in examples[0]
+
+
+def test_keep_layout_keeps_the_attention_layout_and_scales_every_width_alike():
     a = Architecture(hidden=2048, layers=16, heads=16, kv_heads=4, head_dim=128, ffn=8192, vocab=32000)
-    r = reduce_architecture(a, ReductionConfig(width=1 / 16, depth=1 / 8, keep_heads=True, min_hidden=16), vocab=256)
+    r = reduce_architecture(a, ReductionConfig(width=1 / 16, depth=1 / 8, keep_layout=True, min_hidden=16), vocab=256)
     assert (r.heads, r.kv_heads, r.head_dim, r.hidden, r.ffn, r.layers) == (16, 4, 8, 128, 512, 2)
