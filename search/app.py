@@ -592,7 +592,7 @@ def _trial_line(trial: FrozenTrial, row: dict[str, Any] | None, names: list[str]
     if row.get("reason"):
         parts.append(f"({row['reason']})")
     if row.get("proxy_seconds"):
-        parts.append(f"[proxy {row['proxy_seconds']:.1f} s]")
+        parts.append(f"[proxy {row.get('proxy_shape') or ''}: {row['proxy_seconds']:.1f} s]")
     return "  ".join(p for p in parts if p)
 
 

@@ -348,6 +348,7 @@ class Objective:
         key = _proxy_key(reduced, quant, cfg)
         trial.set_user_attr("proxy_arch", reduced.to_dict())
         trial.set_user_attr("proxy_params", reduced.param_counts().total)
+        trial.set_user_attr("proxy_shape", shape_label(reduced))
         trial.set_user_attr("proxy_key", key)
         trial.set_user_attr("quant", quant)
         if cfg.proxy.reuse_losses:

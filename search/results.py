@@ -63,6 +63,7 @@ PARETO_COLUMNS = [
     "max_num_tokens",
     "memory_per_gpu_gb",
     "bound",
+    "proxy_shape",
     "proxy_params",
     "proxy_seconds",
 ]
@@ -128,6 +129,7 @@ def trial_row(t: FrozenTrial, objectives: Sequence[str], *, pareto: bool) -> dic
         "max_num_tokens": runtime.get("max_num_tokens"),
         "memory_per_gpu_gb": pred.get("memory_per_gpu_gb"),
         "bound": pred.get("bound"),
+        "proxy_shape": a.get("proxy_shape"),
         "proxy_params": a.get("proxy_params"),
         "proxy_seconds": a.get("proxy_seconds"),
         "feasible": all(v <= 0 for v in t.constraints.values()),
