@@ -452,6 +452,8 @@ def run(
     failures = _FailedTrialLog(run_dir / "errors.log")
     optuna_logger = logging.getLogger("optuna.study._optimize")
     if exact:
+        say(f"enumerating {grid_size(cfg.space, cfg.deployment):,} suggestion combinations of space={cfg.space.name!r} "
+            "(shapes outside space.params are skipped before scoring; Ctrl-C keeps what is scored)")
         try:
             t0 = time.perf_counter()
             result = enumerate_into(study, cfg, gpu, names)

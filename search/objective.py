@@ -69,6 +69,7 @@ __all__ = [
     "DUPLICATE_ATTR",
     "PROPOSED_BY_ATTR",
     "EXHAUSTED_ATTR",
+    "LOSS_CURVE_ATTR",
     "unseen_params",
     "FAIL_REASON_ATTR",
     "INFEASIBLE_ATTR",
@@ -80,6 +81,7 @@ INTERACTIVE_ATTR = "interactive_prediction"  # user attribute: the interactive p
 DUPLICATE_ATTR = "duplicate_of"  # user attribute: the trial that already holds this candidate
 PROPOSED_BY_ATTR = "proposed_by"  # user attribute of a trial not proposed by the sampler
 EXHAUSTED_ATTR = "space_exhausted"  # user attribute of a duplicate after which no unseen shape was found
+LOSS_CURVE_ATTR = "loss_curve"  # user attribute: the proxy's [[training tokens, validation loss], ...]
 FAIL_REASON_ATTR = "fail_reason"
 INFEASIBLE_ATTR = "infeasible"
 INTERRUPTED = "interrupted"  # FAIL reasons starting with it: Ctrl-C or a killed worker; not counted toward n_trials
@@ -357,7 +359,7 @@ class Objective:
                     loss = float(t.user_attrs["proxy_loss"])
                     trial.set_user_attr("proxy_loss", loss)
                     trial.set_user_attr("proxy_loss_reused_from", t.number)
-                    for attr in ("intermediate_values", "proxy_steps"):
+                    for attr in ("intermediate_values", "proxy_steps", LOSS_CURVE_ATTR):
                         if attr in t.user_attrs:
                             trial.set_user_attr(attr, t.user_attrs[attr])
                     return loss
@@ -394,6 +396,8 @@ class Objective:
         seconds = time.perf_counter() - t0
         trial.set_user_attr("proxy_seconds", round(seconds, 2))
         trial.set_user_attr("proxy_steps", int(result.steps))
+        if result.curve:
+            trial.set_user_attr(LOSS_CURVE_ATTR, [[int(t), float(v)] for t, v in result.curve])
         if result.pruned_reason:
             raise optuna.TrialPruned(result.pruned_reason)
         loss = float(result.loss)

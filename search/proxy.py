@@ -106,7 +106,9 @@ class ProxyLM(L.LightningModule):
     """Next-token language model around :class:`co_design.model.Transformer`.
 
     Batches are LongTensor ``(B, T+1)`` windows or ``(inputs, targets)`` pairs of
-    ``(B, T)``. Logs ``train_loss`` and ``val_loss`` (mean cross-entropy, nats/token).
+    ``(B, T)``. Logs ``train_loss`` and ``val_loss`` (mean cross-entropy, nats/token) and
+    ``tokens`` (training tokens seen, the x-axis a loss curve is read against);
+    ``tokens_at_step`` maps each validated global step to the tokens seen by then.
     """
 
     def __init__(
@@ -128,6 +130,8 @@ class ProxyLM(L.LightningModule):
         self.model = Transformer(arch, max_seq_len=max_seq_len)
         self.lr, self.total_steps, self.warmup_steps = lr, max(1, total_steps), warmup_steps
         self.min_lr_ratio, self.weight_decay, self.aux_loss_coef = min_lr_ratio, weight_decay, aux_loss_coef
+        self.tokens_seen = 0  # training target tokens so far
+        self.tokens_at_step: dict[int, int] = {}
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.model(tokens)  # (B, T, V)
@@ -146,6 +150,7 @@ class ProxyLM(L.LightningModule):
         return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.tokens_seen += int(self._split(batch)[1].numel())
         loss = self._loss(batch)
         self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=False)
         if self.arch.is_moe and self.aux_loss_coef:
@@ -156,6 +161,10 @@ class ProxyLM(L.LightningModule):
         loss = self._loss(batch)
         self.log("val_loss", loss, prog_bar=True, on_step=False, on_epoch=True)
         return loss
+
+    def on_validation_epoch_end(self) -> None:
+        self.tokens_at_step[int(self.global_step)] = self.tokens_seen
+        self.log("tokens", float(self.tokens_seen), on_step=False, on_epoch=True)
 
     def configure_optimizers(self) -> Any:
         decay = [p for n, p in self.named_parameters() if p.ndim >= 2 and "embed" not in n]

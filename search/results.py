@@ -5,6 +5,8 @@ Files in the run directory (rewritten after every trial and at the end):
 - ``pareto.csv`` / ``pareto.json``: the Pareto-optimal trials (feasible, COMPLETE,
   non-dominated; ``study.best_trials``), one row each.
 - ``trials.csv``: every finished trial with its state and reason.
+- ``loss_curves.json``: each trained proxy's validation loss against training tokens
+  (``{trial: {"shape", "state", "tokens_loss": [[tokens, nats/token], ...]}}``).
 - ``summary.json``: study name, storage, objectives and directions, counts, the
   hypervolume reference point and value.
 - ``plots/``: drawn by :mod:`search.plots` (pairwise scatters, serving curves,
@@ -26,7 +28,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from search.config import OBJECTIVES
-from search.objective import DUPLICATE_ATTR, FAIL_REASON_ATTR, INFEASIBLE_ATTR, INTERACTIVE_ATTR, PERF_ATTR
+from search.objective import DUPLICATE_ATTR, FAIL_REASON_ATTR, INFEASIBLE_ATTR, INTERACTIVE_ATTR, LOSS_CURVE_ATTR, PERF_ATTR
 from search.space import human_count
 
 __all__ = [
@@ -249,6 +251,13 @@ def write_results(
     _write_json(run_dir / "pareto.json", front)
     all_cols = ["trial", "state", "pareto", "feasible"] + [c for c in PARETO_COLUMNS if c != "trial"] + ["reason"] + params
     _write_csv(run_dir / "trials.csv", rows, all_cols)
+    curves = {
+        str(t.number): {"shape": t.user_attrs.get("shape"), "state": t.state.name, "tokens_loss": t.user_attrs[LOSS_CURVE_ATTR]}
+        for t in study.get_trials(deepcopy=False, states=FINISHED)
+        if LOSS_CURVE_ATTR in t.user_attrs and DUPLICATE_ATTR not in t.user_attrs
+    }
+    if curves:
+        _write_json(run_dir / "loss_curves.json", curves)
     ref = reference_point(study)
     directions = [OBJECTIVES[n][0] for n in objectives]
     hv = None

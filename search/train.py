@@ -23,11 +23,15 @@ __all__ = ["ProxyResult", "train_proxy", "cpu_threads"]
 
 @dataclass(frozen=True)
 class ProxyResult:
-    """Final validation loss (nats/token), optimizer steps run, and why it stopped early (if it did)."""
+    """Final validation loss (nats/token), optimizer steps run, and why it stopped early (if it did).
+
+    ``curve``: the validation loss against training tokens seen, ``[(tokens, loss), ...]``.
+    """
 
     loss: float
     steps: int
     pruned_reason: str | None = None
+    curve: tuple[tuple[int, float], ...] = ()
 
 
 class _NonFiniteGuard(Callback):
@@ -207,7 +211,8 @@ def train_proxy(
         raise NonFiniteLossError(f"validation loss became {last} at step {trainer.global_step} (diverged)")
     if callback.pruned:
         reason = f"stopped early at step {callback.pruned_at_step}: {callback.stop_reason}"
-        return ProxyResult(loss=float("nan"), steps=trainer.global_step, pruned_reason=reason)
+        return ProxyResult(loss=float("nan"), steps=trainer.global_step, pruned_reason=reason,
+                           curve=_curve(callback.intermediate_values, model.tokens_at_step))
     values = callback.intermediate_values
     if trainer.global_step not in values:  # the last validation did not fall on the last step
         _fit_or_interrupt(trainer.validate, model, datamodule=datamodule, verbose=False)
@@ -217,5 +222,11 @@ def train_proxy(
         raise RuntimeError(f"no validation loss recorded at step {trainer.global_step}; have {sorted(values)}")
     if logger is not None:
         logger.experiment.summary["proxy/final_val_loss"] = float(loss)
-    return ProxyResult(loss=float(loss), steps=int(trainer.global_step))
+    return ProxyResult(loss=float(loss), steps=int(trainer.global_step),
+                       curve=_curve(values, model.tokens_at_step))
+
+
+def _curve(values: dict[int, float], tokens_at_step: dict[int, int]) -> tuple[tuple[int, float], ...]:
+    """Validation loss by global step -> ``((tokens seen, loss), ...)`` in token order."""
+    return tuple((tokens_at_step[s], float(v)) for s, v in sorted(values.items()) if s in tokens_at_step)
 

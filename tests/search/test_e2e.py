@@ -95,6 +95,12 @@ def test_short_study_writes_results_that_agree_with_the_study(tmp_path):
     assert summary["hypervolume"] is not None and summary["hypervolume"] >= 0
     with open(run_dir / "trials.csv") as f:
         assert len(list(csv.DictReader(f))) == 3
+    # each proxy's loss against the tokens it had trained on (batch 2 x 32 tokens a step), ending at its objective
+    curves = json.loads((run_dir / "loss_curves.json").read_text())
+    for t in complete:
+        c = curves[str(t.number)]["tokens_loss"]
+        assert [x for x, _ in c] == [64 * s for s in sorted(int(k) for k in t.user_attrs["intermediate_values"])]
+        assert c[-1][0] == 64 * t.user_attrs["proxy_steps"] and c[-1][1] == pytest.approx(t.values[0])
     for name in ("pairwise.png", "pairwise.html", "serving_curves.png", "serving_curves.html",
                  "hypervolume_history.png", "hypervolume_history.html"):
         assert (run_dir / "plots" / name).stat().st_size > 1000, name
