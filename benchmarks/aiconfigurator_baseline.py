@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = Path("/work/shared/data/published_serving.json")
+DEFAULT_DATA = REPO_ROOT / "benchmarks" / "data" / "published_serving.json"
 DEFAULT_OUT_JSON = REPO_ROOT / "benchmarks" / "results" / "aiconfigurator_published.json"
 DEFAULT_OUT_MD = REPO_ROOT / "benchmarks" / "results" / "aiconfigurator_summary.md"
 DEFAULT_CACHE = Path(tempfile.gettempdir()) / "aiconfigurator_baseline_cache.jsonl"

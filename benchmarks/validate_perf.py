@@ -1,6 +1,6 @@
 """Compare co_design.perf max-throughput predictions with published serving measurements.
 
-Data: /work/shared/data/published_serving.json (220 rows: TensorRT-LLM perf-overview
+Data: benchmarks/data/published_serving.json (220 rows: TensorRT-LLM perf-overview
 v1.0-era offline max-load runs and MLPerf Inference v5.0 closed NVIDIA results).
 Writes benchmarks/results/validation.md (+ validation.json) with, per row, predicted vs
 measured output tokens/s per GPU, the median absolute percentage error (MdAPE) and
@@ -40,7 +40,7 @@ from co_design.hardware import get_gpu
 from co_design.perf import SLO, Deployment, Runtime, max_throughput
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path("/work/shared/data/published_serving.json")
+DATA = ROOT / "benchmarks" / "data" / "published_serving.json"
 AIC = ROOT / "benchmarks" / "results" / "aiconfigurator_published.json"
 
 # MLPerf assumptions (same as benchmarks/aiconfigurator_baseline.py, for a like-for-like comparison)
