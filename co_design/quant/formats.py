@@ -4,8 +4,9 @@ Every function takes a tensor and returns a tensor of the same shape, dtype and 
 values the low-precision format can represent. Gradients pass straight through (identity STE, as in
 torchao and NVIDIA ModelOpt), optionally masked where the value was clipped.
 
-NVFP4 semantics (pinned in /work/shared/REFERENCE.md section 1; they agree with torchao 0.18
-``NVFP4Tensor``, ModelOpt 0.47 ``NVFP4QTensor`` and compressed-tensors 0.20):
+NVFP4 semantics, as the public implementations agree on them (torchao 0.18 ``NVFP4Tensor``,
+NVIDIA ModelOpt 0.47 ``NVFP4QTensor``, compressed-tensors 0.20 NVFP4 preset; NVIDIA's "Introducing
+NVFP4" technical blog for the format):
 
 * blocks of 16 consecutive elements along the last dimension;
 * per-tensor fp32 global scale ``g = amax(|x|) / (6 * 448)``;
