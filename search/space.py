@@ -327,24 +327,9 @@ def parallelism_coverage(space: Any, deployment: Any) -> tuple[int, int, list[st
     return ok, len(layouts), list(dict.fromkeys(reasons))[:3]
 
 
-class _CornerTrial:
-    """A stand-in trial answering every suggestion with its lowest (or highest) grid value."""
-
-    def __init__(self, high: bool) -> None:
-        self.high = high
-
-    def suggest_int(self, name: str, low: int, high: int, step: int = 1) -> int:
-        return low + (high - low) // step * step if self.high else low
-
-    def suggest_float(self, name: str, low: float, high: float, step: float | None = None) -> float:
-        if not self.high:
-            return low
-        return low + math.floor((high - low) / step + 1e-9) * step if step else high
-
-    def suggest_categorical(self, name: str, choices: list[Any]) -> Any:
-        return max(choices) if self.high else min(choices)
-
-
 def space_corners(space: Any, deployment: Any) -> tuple[Candidate, Candidate]:
     """The smallest and the largest candidate of ``space`` (every suggestion at its low / high end)."""
-    return suggest_candidate(_CornerTrial(False), space, deployment), suggest_candidate(_CornerTrial(True), space, deployment)
+    grid = space_grid(space, deployment)
+    low = {name: min(values) for name, values in grid.items()}
+    high = {name: max(values) for name, values in grid.items()}
+    return candidate_from_params(space, deployment, low), candidate_from_params(space, deployment, high)
