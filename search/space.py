@@ -137,6 +137,8 @@ def suggest_candidate(trial: Any, space: Any, deployment: Any) -> Candidate:
             expert_ffn=_round_to(e_mult * hidden, expert_unit),
             dense_layers=min(dense, layers - 1),
         )
+        if kw["dense_layers"] == 0:  # no dense FFN layer: its width is moot, so one canonical value
+            kw["ffn"] = _round_to(lo * hidden, ffn_unit)
     precision = None
     if space.precisions:
         precision = str(trial.suggest_categorical("precision", [str(p) for p in space.precisions]))

@@ -228,7 +228,7 @@ def test_the_grid_enumerates_every_candidate_a_sampler_can_propose_once():
 
 
 # Every shipped space with the proxy its default or recipes pair it with.
-SPACE_PROXIES = [("dense_1b", "cpu", 1072), ("dense_tiny", "tiny", 427), ("moe_tiny", "tiny", 5280), ("dense", "gpu", 6832)]
+SPACE_PROXIES = [("dense_1b", "cpu", 1072), ("dense_tiny", "tiny", 427), ("moe_tiny", "tiny", 3520), ("dense", "gpu", 6832)]
 
 
 @pytest.mark.parametrize("space_name, proxy, distinct", SPACE_PROXIES)
@@ -238,6 +238,22 @@ def test_every_distinct_candidate_of_a_shipped_space_trains_its_own_proxy(space_
     cfg = to_search_config(compose_cfg(f"space={space_name}", f"proxy={proxy}"))
     n, proxies, examples = proxy_collisions(cfg.space, cfg.deployment, cfg.proxy.reduction, vocab=256)
     assert n == proxies == distinct and not examples
+
+
+def test_distinct_moe_candidates_are_distinct_networks():
+    # Without a dense layer the dense FFN width is moot: candidates differing only in it would be
+    # one network trained and scored several times (moe_tiny had 5280 "distinct" candidates, 3520 real).
+    from search.space import enumerate_candidates
+
+    cfg = to_search_config(compose_cfg("space=moe_tiny", "proxy=tiny"))
+    networks = set()
+    n = 0
+    for _, _, cand in enumerate_candidates(cfg.space, cfg.deployment):
+        a = cand.arch
+        fields = {k: v for k, v in a.to_dict().items() if k != "name" and (k != "ffn" or a.dense_layers)}
+        networks.add(repr(sorted(fields.items())))
+        n += 1
+    assert n == len(networks) == 3520
 
 
 def test_the_moe_space_trains_its_own_proxy_per_candidate_sampled():
