@@ -201,6 +201,16 @@ class ReductionConfig:
 
 
 @dataclass
+class MuPConfig:
+    """The maximal update parametrization (co_design/model/parametrization.py): ``lr`` and the
+    initialisation hold at ``base_hidden`` (the model width, elements) and transfer to every
+    other width; attention keeps ``1/sqrt(d)`` at ``base_head_dim`` and scales as ``1/d``."""
+
+    base_hidden: int = 128
+    base_head_dim: int = 16
+
+
+@dataclass
 class DataConfig:
     """The proxy's data.
 
@@ -243,6 +253,9 @@ class ProxyConfig:
     data: DataConfig = field(default_factory=DataConfig)
     budget: BudgetConfig = field(default_factory=lambda: BudgetConfig(steps=200))
     lr: float = 3e-3
+    # μP: lr and init tuned at mup.base_hidden hold for every proxy and full-size width; null: the
+    # standard parametrization (one lr for every width, GPT-2 init)
+    mup: Optional[MuPConfig] = field(default_factory=MuPConfig)
     min_lr_ratio: float = 0.1
     warmup_steps: int = 20
     weight_decay: float = 0.1
@@ -582,6 +595,11 @@ def _validate_proxy(cfg: SearchConfig, problems: list[str]) -> None:
             problems.append(f"proxy.budget.{k}={v}: must be >= 1")
     if p.lr <= 0:
         problems.append(f"proxy.lr={p.lr}: must be > 0")
+    if p.mup is not None:
+        for k in ("base_hidden", "base_head_dim"):
+            v = getattr(p.mup, k)
+            if v < 1:
+                problems.append(f"proxy.mup.{k}={v}: must be >= 1 (a width in elements), or proxy.mup=null")
     if not 0 <= p.min_lr_ratio <= 1:
         problems.append(f"proxy.min_lr_ratio={p.min_lr_ratio}: must be in [0, 1]")
     if p.quant is not None:

@@ -416,6 +416,7 @@ def _proxy_key(reduced: Architecture, quant: str, cfg: SearchConfig) -> str:
         "data": {k: getattr(p.data, k) for k in ("source", "path", "val_path", "seq_len", "batch_size", "val_batches")},
         "budget": steps_of(p),
         "opt": [p.lr, p.min_lr_ratio, p.warmup_steps, p.weight_decay, p.grad_clip, p.aux_loss_coef],
+        **({"mup": [p.mup.base_hidden, p.mup.base_head_dim]} if p.mup is not None else {}),
         "seed": cfg.seed,
     }
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from co_design.arch import Architecture
+from co_design.model.parametrization import MuP, optimizer_groups
 from search.space import largest_divisor_at_most
 
 __all__ = ["ProxyLM", "reduce_architecture", "trainer_settings", "proxy_collisions"]
@@ -109,6 +110,7 @@ class ProxyLM(L.LightningModule):
     ``(B, T)``. Logs ``train_loss`` and ``val_loss`` (mean cross-entropy, nats/token) and
     ``tokens`` (training tokens seen, the x-axis a loss curve is read against);
     ``tokens_at_step`` maps each validated global step to the tokens seen by then.
+    ``mup``: train under μP (:class:`co_design.model.MuP`): hidden weights at ``lr / width_mult``.
     """
 
     def __init__(
@@ -122,12 +124,13 @@ class ProxyLM(L.LightningModule):
         min_lr_ratio: float = 0.1,
         weight_decay: float = 0.1,
         aux_loss_coef: float = 0.01,
+        mup: MuP | None = None,
     ) -> None:
         super().__init__()
         from co_design.model import Transformer
 
-        self.arch = arch
-        self.model = Transformer(arch, max_seq_len=max_seq_len)
+        self.arch, self.mup = arch, mup
+        self.model = Transformer(arch, max_seq_len=max_seq_len, mup=mup)
         self.lr, self.total_steps, self.warmup_steps = lr, max(1, total_steps), warmup_steps
         self.min_lr_ratio, self.weight_decay, self.aux_loss_coef = min_lr_ratio, weight_decay, aux_loss_coef
         self.tokens_seen = 0  # training target tokens so far
@@ -167,13 +170,9 @@ class ProxyLM(L.LightningModule):
         self.log("tokens", float(self.tokens_seen), on_step=False, on_epoch=True)
 
     def configure_optimizers(self) -> Any:
-        decay = [p for n, p in self.named_parameters() if p.ndim >= 2 and "embed" not in n]
-        no_decay = [p for n, p in self.named_parameters() if p.ndim < 2 or "embed" in n]
-        opt = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": self.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=self.lr,
-            betas=(0.9, 0.95),
-        )
+        groups = optimizer_groups(self.model, lr=self.lr, weight_decay=self.weight_decay, mup=self.mup,
+                                  hidden=self.arch.hidden)
+        opt = torch.optim.AdamW(groups, lr=self.lr, betas=(0.9, 0.95))
         warm, total, floor = self.warmup_steps, self.total_steps, self.min_lr_ratio
 
         def factor(step: int) -> float:

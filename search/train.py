@@ -15,6 +15,7 @@ import torch
 from lightning.pytorch.callbacks import Callback, RichProgressBar
 
 from co_design.arch import Architecture
+from co_design.model.parametrization import MuP
 from search.config import SearchConfig, show_progress_bars, steps_of
 from search.proxy import ProxyLM, trainer_settings
 
@@ -162,6 +163,7 @@ def train_proxy(
         min_lr_ratio=p.min_lr_ratio,
         weight_decay=p.weight_decay,
         aux_loss_coef=p.aux_loss_coef,
+        mup=MuP(p.mup.base_hidden, p.mup.base_head_dim) if p.mup is not None else None,
     )
     from search.objective import NonFiniteLossError
     from search.scoring import perf_slo

@@ -30,14 +30,18 @@ def sliding_window_mask(seq_len: int, window: int, device: torch.device | str | 
     return (offset >= 0) & (offset < window)  # (T, T)
 
 
-def _sdpa(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None) -> Tensor:
-    """Causal SDPA; q (B, H, T, Dqk), k (B, Hkv, T, Dqk), v (B, Hkv, T, Dv) -> (B, H, T, Dv)."""
+def _sdpa(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, scale: float | None = None) -> Tensor:
+    """Causal SDPA; q (B, H, T, Dqk), k (B, Hkv, T, Dqk), v (B, Hkv, T, Dv) -> (B, H, T, Dv).
+
+    ``scale``: the logits' softmax scale (None: ``1/sqrt(Dqk)``)."""
     gqa = q.shape[1] != k.shape[1]
     if gqa and not _SDPA_HAS_GQA:  # older torch: materialize the shared heads
         rep = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)  # (B, H, T, D)
         gqa = False
-    kw = {"enable_gqa": True} if gqa else {}
+    kw: dict[str, object] = {"enable_gqa": True} if gqa else {}
+    if scale is not None:
+        kw["scale"] = scale
     if attn_mask is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, **kw)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, **kw)
@@ -48,6 +52,7 @@ class Attention(nn.Module):
 
     ``q_proj``: hidden -> heads*head_dim, ``k_proj``/``v_proj``: hidden -> kv_heads*head_dim
     (biases on these three when ``arch.attention_bias``), ``o_proj``: heads*head_dim -> hidden.
+    ``scale``: the softmax scale of the logits (None: ``1/sqrt(head_dim)``; μP sets its own).
     """
 
     def __init__(self, arch: Architecture) -> None:
@@ -58,6 +63,7 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(arch.hidden, arch.kv_heads * arch.head_dim, bias=bias)
         self.v_proj = nn.Linear(arch.hidden, arch.kv_heads * arch.head_dim, bias=bias)
         self.o_proj = nn.Linear(arch.heads * arch.head_dim, arch.hidden, bias=False)
+        self.scale: float | None = None
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attn_mask: Tensor | None = None) -> Tensor:
         """x (B, T, hidden); cos/sin (T, head_dim/2); attn_mask (T, T) bool or None (causal)."""
@@ -66,7 +72,7 @@ class Attention(nn.Module):
         k = self.k_proj(x).view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
         v = self.v_proj(x).view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        y = _sdpa(q, k, v, attn_mask)  # (B, H, T, D)
+        y = _sdpa(q, k, v, attn_mask, self.scale)  # (B, H, T, D)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, self.heads * self.head_dim))  # (B, T, hidden)
 
 
@@ -79,7 +85,8 @@ class MLAttention(nn.Module):
     ``kv_a_norm`` normalizes the latent and ``kv_b_proj`` expands it to per-head no-position keys
     (``qk_nope_head_dim``) and values (``v_head_dim``). RoPE acts only on the decoupled rotary
     channels. ``o_proj``: heads*v_head_dim -> hidden. No biases (``attention_bias`` does not apply),
-    matching :meth:`Architecture.attention_params_per_layer`.
+    matching :meth:`Architecture.attention_params_per_layer`. ``scale``: the softmax scale
+    (None: ``1/sqrt(qk_head_dim)``).
     """
 
     def __init__(self, arch: Architecture) -> None:
@@ -103,6 +110,7 @@ class MLAttention(nn.Module):
         self.kv_a_norm = RMSNorm(m.kv_lora_rank)
         self.kv_b_proj = nn.Linear(m.kv_lora_rank, arch.heads * (m.qk_nope_head_dim + m.v_head_dim), bias=False)
         self.o_proj = nn.Linear(arch.heads * m.v_head_dim, arch.hidden, bias=False)
+        self.scale: float | None = None
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attn_mask: Tensor | None = None) -> Tensor:
         """x (B, T, hidden); cos/sin (T, qk_rope_head_dim/2); attn_mask (T, T) bool or None (causal)."""
@@ -124,5 +132,5 @@ class MLAttention(nn.Module):
         k_rope = apply_rotary(k_rope.unsqueeze(1), cos, sin)  # (B, 1, T, Dr): one rotary key for all heads
         q = torch.cat((q_nope, q_rope), dim=-1)  # (B, H, T, Dqk)
         k = torch.cat((k_nope, k_rope.expand(B, H, T, self.rope_dim)), dim=-1)  # (B, H, T, Dqk)
-        y = _sdpa(q, k, v, attn_mask)  # (B, H, T, Dv); scale 1/sqrt(Dqk)
+        y = _sdpa(q, k, v, attn_mask, self.scale)  # (B, H, T, Dv)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, H * self.v_dim))  # (B, T, hidden)

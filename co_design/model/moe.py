@@ -190,6 +190,7 @@ class MoE(nn.Module):
     ``shared_experts * shared_ffn`` (same parameters and output as their sum), or None. After each
     forward ``aux_loss`` holds the unscaled load-balancing loss (:func:`load_balancing_loss`; the
     trainer multiplies by its coefficient, e.g. 0.01 as in Switch Transformer).
+    ``router_mult`` multiplies the router logits (1.0; μP sets ``1/width_mult``).
     """
 
     def __init__(
@@ -218,6 +219,7 @@ class MoE(nn.Module):
                 stacklevel=2,
             )
         self.router = nn.Linear(hidden, experts, bias=False)
+        self.router_mult = 1.0
         self.experts = GroupedExperts(experts, hidden, expert_ffn, gated=gated)
         self.shared = MLP(hidden, shared_experts * (shared_ffn or expert_ffn), gated=gated) if shared_experts else None
         self.aux_loss: Tensor = torch.zeros(())
@@ -230,6 +232,8 @@ class MoE(nn.Module):
         x = x.reshape(-1, shape[-1])  # (N, h)
         N, k = x.shape[0], self.top_k
         logits = self.router(x)  # (N, E)
+        if self.router_mult != 1.0:
+            logits = logits * self.router_mult
         probs = torch.softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)  # (N, E) >= fp32
         top_p, top_i = probs.topk(k, dim=-1)  # (N, k), (N, k)
         if self.norm_topk_prob:

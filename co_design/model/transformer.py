@@ -12,6 +12,7 @@ from co_design.arch import Architecture
 from co_design.model.attention import Attention, MLAttention, sliding_window_mask
 from co_design.model.layers import MLP, RMSNorm, RotaryEmbedding
 from co_design.model.moe import MoE
+from co_design.model.parametrization import MuP, is_hidden_weight
 
 __all__ = ["Block", "Transformer"]
 
@@ -60,9 +61,16 @@ class Transformer(nn.Module):
     Initialization follows GPT-2/nanoGPT: normal(0, 0.02) weights, zero biases, unit norm scales,
     and residual-output projections (``o_proj``, ``down_proj``, experts' ``w_down``) scaled by
     ``1/sqrt(2 * layers)``. The parameter count equals ``arch.param_counts().total``.
+
+    ``mup``: the maximal update parametrization relative to ``mup.base_hidden``
+    (:mod:`co_design.model.parametrization`): hidden weights' initial std divided by
+    ``sqrt(m)``, logits of the LM head and of MoE routers multiplied by ``output_mult = 1/m``,
+    attention scaled by ``sqrt(base_head_dim)/head_dim``; build the optimizer with
+    :func:`~co_design.model.parametrization.optimizer_groups` for the matching learning rates.
+    None (default): the standard parametrization (``output_mult`` 1).
     """
 
-    def __init__(self, arch: Architecture, *, max_seq_len: int = 4096) -> None:
+    def __init__(self, arch: Architecture, *, max_seq_len: int = 4096, mup: MuP | None = None) -> None:
         super().__init__()
         if not isinstance(arch, Architecture):
             raise TypeError(f"arch must be a co_design.arch.Architecture, got {type(arch).__name__}")
@@ -81,6 +89,20 @@ class Transformer(nn.Module):
         for name, p in self.named_parameters():
             if name.endswith(("o_proj.weight", "down_proj.weight", "experts.w_down")):
                 nn.init.normal_(p, std=residual_std)
+        self.mup = mup
+        self.output_mult = 1.0
+        if mup is not None:
+            m = mup.width_mult(arch.hidden)
+            self.output_mult = 1.0 / m
+            with torch.no_grad():
+                for name, p in self.named_parameters():
+                    if is_hidden_weight(name, p):
+                        p.div_(math.sqrt(m))
+            for module in self.modules():
+                if isinstance(module, (Attention, MLAttention)):
+                    module.scale = mup.attention_scale(arch.mla.qk_head_dim if arch.mla is not None else arch.head_dim)
+                elif isinstance(module, MoE):
+                    module.router_mult = self.output_mult
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -124,6 +146,5 @@ class Transformer(nn.Module):
                 aux = aux + block.ffn.aux_loss
         self.aux_loss = aux
         x = self.norm(x)  # (B, T, hidden)
-        if self.lm_head is None:
-            return F.linear(x, self.embed.weight)  # (B, T, vocab): tied
-        return self.lm_head(x)  # (B, T, vocab)
+        logits = F.linear(x, self.embed.weight) if self.lm_head is None else self.lm_head(x)  # (B, T, vocab)
+        return logits * self.output_mult if self.output_mult != 1.0 else logits  # μP: 1/width_mult
