@@ -21,6 +21,8 @@ __all__ = [
     "ConfigError",
     "DataConfig",
     "DeploymentConfig",
+    "HalvingConfig",
+    "MuPConfig",
     "HardwareConfig",
     "ObjectivesConfig",
     "ParamBudgetConfig",
@@ -211,6 +213,17 @@ class MuPConfig:
 
 
 @dataclass
+class HalvingConfig:
+    """Successive halving over Pareto rank (search/halving.py): ``rungs`` proxy budgets ending at
+    the proxy's budget, each ``eta`` times the one before; the best ``1/eta`` of the candidates at a
+    rung (non-dominated sorting on loss and performance) train at the next. ``rungs: 1``: one
+    budget for every candidate."""
+
+    rungs: int = 1
+    eta: int = 3
+
+
+@dataclass
 class DataConfig:
     """The proxy's data.
 
@@ -256,6 +269,7 @@ class ProxyConfig:
     # μP: lr and init tuned at mup.base_hidden hold for every proxy and full-size width; null: the
     # standard parametrization (one lr for every width, GPT-2 init)
     mup: Optional[MuPConfig] = field(default_factory=MuPConfig)
+    halving: HalvingConfig = field(default_factory=HalvingConfig)
     min_lr_ratio: float = 0.1
     warmup_steps: int = 20
     weight_decay: float = 0.1
@@ -552,6 +566,11 @@ def _validate_space(cfg: SearchConfig, problems: list[str]) -> None:
             problems.append(f"space.params.{lo}={vlo} > space.params.{hi}={vhi}; swap them")
 
 
+def _budget_ok(b: BudgetConfig) -> bool:
+    value = b.tokens if b.steps is None else b.steps
+    return (b.tokens is None) != (b.steps is None) and value is not None and value >= 1
+
+
 def _validate_proxy(cfg: SearchConfig, problems: list[str]) -> None:
     p = cfg.proxy
     r = p.reduction
@@ -595,6 +614,15 @@ def _validate_proxy(cfg: SearchConfig, problems: list[str]) -> None:
             problems.append(f"proxy.budget.{k}={v}: must be >= 1")
     if p.lr <= 0:
         problems.append(f"proxy.lr={p.lr}: must be > 0")
+    h = p.halving
+    if h.rungs < 1:
+        problems.append(f"proxy.halving.rungs={h.rungs}: must be >= 1 (1 = one budget for every candidate)")
+    if h.eta < 2:
+        problems.append(f"proxy.halving.eta={h.eta}: must be >= 2 (the budget ratio between rungs)")
+    elif h.rungs > 1 and _budget_ok(p.budget) and steps_of(p) < h.eta ** (h.rungs - 1):
+        problems.append(
+            f"proxy.halving: the first of {h.rungs} rungs would train {steps_of(p) / h.eta ** (h.rungs - 1):.2g} steps "
+            f"({steps_of(p)} steps / eta={h.eta}^{h.rungs - 1}); raise proxy.budget or lower proxy.halving.rungs")
     if p.mup is not None:
         for k in ("base_hidden", "base_head_dim"):
             v = getattr(p.mup, k)

@@ -53,6 +53,7 @@ from optuna.trial import TrialState
 
 from co_design.arch import Architecture
 from search.config import OBJECTIVES, SearchConfig, steps_of
+from search.halving import RUNG_LOSSES_ATTR, promotes, rung_steps
 from search.scoring import OperatingPoint, Scores, objective_value, prediction_dict, score_candidate
 from search.space import Candidate, candidate_from_params, candidate_key, shape_label, space_grid, suggest_candidate
 
@@ -359,11 +360,14 @@ class Objective:
                     loss = float(t.user_attrs["proxy_loss"])
                     trial.set_user_attr("proxy_loss", loss)
                     trial.set_user_attr("proxy_loss_reused_from", t.number)
-                    for attr in ("intermediate_values", "proxy_steps", LOSS_CURVE_ATTR):
+                    for attr in ("intermediate_values", "proxy_steps", LOSS_CURVE_ATTR, RUNG_LOSSES_ATTR, "proxy_rung"):
                         if attr in t.user_attrs:
                             trial.set_user_attr(attr, t.user_attrs[attr])
                     return loss
 
+        rungs = rung_steps(steps_of(cfg.proxy), cfg.proxy.halving.rungs, cfg.proxy.halving.eta)
+        if len(rungs) > 1:  # successive halving decides who trains longer; no in-run stopping rule
+            return self._halving_loss(trial, cand, op, perf_values, reduced, quant, rungs)
         stopping = None
         if cfg.proxy.early_stopping:
             from co_design.callback import MedianStoppingRule
@@ -373,6 +377,16 @@ class Objective:
                 peers=_dominating_peers(trial.study, perf_values, trial.number),
                 inner=MedianStoppingRule(warmup_steps=max(1, steps // 3), min_completed_trials=2),
             )
+        result = self._train(trial, cfg, cand, reduced, op, quant, stopping)
+        if result.pruned_reason:
+            raise optuna.TrialPruned(result.pruned_reason)
+        loss = self._finite(result)
+        trial.set_user_attr("proxy_loss", loss)
+        return loss
+
+    def _train(self, trial: optuna.Trial, cfg: SearchConfig, cand: Candidate, reduced: Architecture,
+               op: OperatingPoint, quant: str, stopping: Any) -> Any:
+        """One proxy run under ``cfg``; records its time, steps and loss curve on the trial."""
         if self._train_fn is None:
             from search.train import train_proxy
 
@@ -388,21 +402,56 @@ class Objective:
             gpu=self.gpu,
             deployment=op.deployment,
             quant=quant,
-            datamodule=dm,
+            datamodule=self.datamodule(),
             stopping=stopping,
             tracker=self.tracker,
             run_dir=self.run_dir,
         )
         seconds = time.perf_counter() - t0
-        trial.set_user_attr("proxy_seconds", round(seconds, 2))
+        trial.set_user_attr("proxy_seconds", round(seconds + float(trial.user_attrs.get("proxy_seconds", 0.0)), 2))
         trial.set_user_attr("proxy_steps", int(result.steps))
         if result.curve:
             trial.set_user_attr(LOSS_CURVE_ATTR, [[int(t), float(v)] for t, v in result.curve])
-        if result.pruned_reason:
-            raise optuna.TrialPruned(result.pruned_reason)
+        return result
+
+    @staticmethod
+    def _finite(result: Any) -> float:
         loss = float(result.loss)
         if not math.isfinite(loss):
             raise NonFiniteLossError(f"proxy validation loss is {loss} after {result.steps} steps (diverged)")
+        return loss
+
+    def _halving_loss(self, trial: optuna.Trial, cand: Candidate, op: OperatingPoint, perf_values: dict[str, float],
+                      reduced: Architecture, quant: str, rungs: list[int]) -> float:
+        """Successive halving (search/halving.py): train at each rung while the trial is promoted;
+        the loss is the one at the highest rung reached."""
+        import dataclasses
+
+        cfg = self.cfg
+        eta = cfg.proxy.halving.eta
+        perf_names = sorted(perf_values)
+        signs = [1.0 if OBJECTIVES[n][0] == "minimize" else -1.0 for n in perf_names]
+        own_perf = [s * perf_values[n] for s, n in zip(signs, perf_names)]
+        losses: dict[str, float] = {}
+        loss = math.nan
+        for i, steps in enumerate(rungs):
+            budget = dataclasses.replace(cfg.proxy.budget, steps=steps, tokens=None)
+            rung_cfg = dataclasses.replace(cfg, proxy=dataclasses.replace(cfg.proxy, budget=budget))
+            result = self._train(trial, rung_cfg, cand, reduced, op, quant, None)
+            loss = self._finite(result)
+            losses[str(steps)] = loss
+            trial.set_user_attr(RUNG_LOSSES_ATTR, dict(losses))
+            trial.set_user_attr("proxy_rung", i)
+            if i == len(rungs) - 1:
+                break
+            others = []
+            for t in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING)):
+                theirs = (t.user_attrs.get(RUNG_LOSSES_ATTR) or {}).get(str(steps))
+                perf = t.user_attrs.get("perf_objectives") or {}
+                if t.number != trial.number and theirs is not None and sorted(perf) == perf_names:
+                    others.append([float(theirs), *(s * float(perf[n]) for s, n in zip(signs, perf_names))])
+            if not promotes([loss, *own_perf], others, eta):
+                break
         trial.set_user_attr("proxy_loss", loss)
         return loss
 
@@ -415,6 +464,7 @@ def _proxy_key(reduced: Architecture, quant: str, cfg: SearchConfig) -> str:
         "quant": quant,
         "data": {k: getattr(p.data, k) for k in ("source", "path", "val_path", "seq_len", "batch_size", "val_batches")},
         "budget": steps_of(p),
+        **({"halving": [p.halving.rungs, p.halving.eta]} if p.halving.rungs > 1 else {}),
         "opt": [p.lr, p.min_lr_ratio, p.warmup_steps, p.weight_decay, p.grad_clip, p.aux_loss_coef],
         **({"mup": [p.mup.base_hidden, p.mup.base_head_dim]} if p.mup is not None else {}),
         "seed": cfg.seed,

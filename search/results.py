@@ -67,6 +67,7 @@ PARETO_COLUMNS = [
     "bound",
     "proxy_shape",
     "proxy_params",
+    "proxy_steps",
     "proxy_seconds",
 ]
 
@@ -133,6 +134,7 @@ def trial_row(t: FrozenTrial, objectives: Sequence[str], *, pareto: bool) -> dic
         "bound": pred.get("bound"),
         "proxy_shape": a.get("proxy_shape"),
         "proxy_params": a.get("proxy_params"),
+        "proxy_steps": a.get("proxy_steps"),  # the budget of the loss (the highest rung reached)
         "proxy_seconds": a.get("proxy_seconds"),
         "feasible": all(v <= 0 for v in t.constraints.values()),
         "reason": _reason(t),

@@ -118,11 +118,15 @@ class WandbTracker:
         }
 
     def trial_logger(self, trial: Any) -> Any:
-        """A Lightning ``WandbLogger`` on this trial's run (created now)."""
+        """A Lightning ``WandbLogger`` on this trial's run (created at its first proxy run; the rungs
+        of successive halving log into the same run, one after the other)."""
         from lightning.pytorch.loggers import WandbLogger
 
-        run = self._init(name=f"{self.study_name}-trial-{trial.number}", job_type="trial", config=self._trial_config(trial))
-        self._runs[trial.number] = run
+        run = self._runs.get(trial.number)
+        if run is None:
+            run = self._init(name=f"{self.study_name}-trial-{trial.number}", job_type="trial",
+                             config=self._trial_config(trial))
+            self._runs[trial.number] = run
         return WandbLogger(experiment=run)
 
     def finish_trial(self, trial: FrozenTrial, row: dict[str, Any] | None) -> None:
