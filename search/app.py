@@ -556,11 +556,32 @@ class _FailedTrialLog(logging.Filter):
         return False
 
 
+def loss_definition(cfg: SearchConfig) -> str:
+    """What the loss objective is, in words: which model, how many tokens, which parametrization."""
+    p = cfg.proxy
+    steps = steps_of(p)
+    tokens = steps * p.data.batch_size * p.data.seq_len
+    r = p.reduction
+    size = ("the full-size candidate" if r.width == 1 and r.depth == 1 and r.experts == 1 else
+            f"its proxy (widths x{r.width:g}, layers x{r.depth:g}, experts x{r.experts:g})")
+    budget = f"after {tokens:,} training tokens ({steps} steps)"
+    h = p.halving
+    if h.rungs > 1:
+        first = tokens // h.eta ** (h.rungs - 1)
+        budget = (f"after the most training tokens it reached under successive halving ({first:,} tokens for every "
+                  f"candidate, up to {tokens:,} for the best 1/{h.eta ** (h.rungs - 1)}; proxy_steps in the results)")
+    param = (f"muP (base width {p.mup.base_hidden}, lr {p.lr:g})" if p.mup is not None
+             else f"standard parametrization (lr {p.lr:g})")
+    return (f"loss: validation loss (nats/token) of {size} {budget}, {param}, "
+            f"QAT in the serving precision: a ranking of shapes at the proxy's scale, not a loss the "
+            f"full-size model will reach (benchmarks/results/proxy_fidelity.md measures how well it ranks)")
+
+
 def _summary_extra(cfg: SearchConfig, study: optuna.Study) -> dict[str, Any]:
     """summary.json's account of what the numbers mean: the operating points and the runtime's limits."""
     d = cfg.deployment
     return {
-        "definitions": definitions(d),
+        "definitions": ([loss_definition(cfg)] if "loss" in cfg.objectives.names else []) + definitions(d),
         "interactive_concurrency": d.interactive_concurrency,
         "runtime": {"max_batch": d.max_batch, "max_num_tokens": d.max_num_tokens},
         "strategy": "enumerate" if enumerates(cfg) else "sample",
