@@ -3,8 +3,10 @@
 Field names follow each family's ``configuration_*.py`` in ``transformers``:
 Llama 3 (``llama``), Qwen2/Qwen3 (``qwen2``, ``qwen3``), Qwen2-MoE/Qwen3-MoE
 (``qwen2_moe``, ``qwen3_moe``), Mixtral (``mixtral``), DeepSeek-V3/R1
-(``deepseek_v3``), gpt-oss (``gpt_oss``) and Llama-4 (``llama4``, whose text
-model sits under ``text_config``). Other model types are read as Llama-like.
+(``deepseek_v3``; ``deepseek_v2`` alike), gpt-oss (``gpt_oss``) and Llama-4 (``llama4``, whose text
+model sits under ``text_config``). Any other ``model_type`` is refused
+(ArchitectureError naming it and the supported ones) rather than read as a Llama;
+a config without ``model_type`` is read as ``llama``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,10 @@ from typing import Any, Mapping
 from co_design.arch import MLA, ArchitectureError
 
 __all__ = ["architecture_kwargs_from_hf"]
+
+# model_type values this module translates (``*_text`` variants read as their family)
+_FAMILIES = ("deepseek_v2", "deepseek_v3", "gpt_oss", "llama", "llama4", "mixtral", "qwen2", "qwen2_moe", "qwen3",
+             "qwen3_moe")
 
 
 def _get(cfg: Mapping[str, Any], key: str, model_type: str) -> Any:
@@ -30,6 +36,10 @@ def architecture_kwargs_from_hf(config: Mapping[str, Any], *, name: str | None =
     else:
         cfg = dict(config)
     mt = str(cfg.get("model_type", "llama")).removesuffix("_text")
+    if mt not in _FAMILIES:
+        raise ArchitectureError(f"HF config model_type={cfg.get('model_type')!r} is not a supported model family "
+                                f"(supported: {', '.join(_FAMILIES)}); describe the model as a project YAML of "
+                                "Architecture fields instead")
 
     def need(key: str) -> Any:
         return _get(cfg, key, mt)

@@ -8,23 +8,43 @@ counts requests in flight for the whole deployment (as trtllm-bench does);
 without it (or with ``--max-throughput``) the model picks the batch with the
 highest output tokens/s per GPU that fits.
 
-Exit codes: 0 ok, 2 bad input (message on stderr, no traceback).
+Exit codes: 0 ok; 1 the output was closed early (e.g. piped into ``head``), quietly;
+2 bad input (one line on stderr, no traceback); 3 the SLO cannot be met (the first
+line of output says so and names the SLO flag; the nearest point follows, if any).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 __all__ = ["main", "build_parser"]
 
 _PRECISIONS = ("bf16", "fp8", "nvfp4")
+_EXIT_SLO = 3  # the SLO cannot be met by any operating point
+# CLI flag, SLO field, factor from the flag's unit to the field's (ms -> s)
+_SLO_FLAGS = (("--min-tokens-per-s-per-user", "min_tokens_per_s_per_user", 1.0),
+              ("--max-ttft-ms", "max_ttft_s", 1e-3), ("--max-tpot-ms", "max_tpot_s", 1e-3))
+
+
+def _version() -> str:
+    """The installed distribution's version, else ``co_design.__version__``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("co-design")
+    except PackageNotFoundError:
+        import co_design
+
+        return getattr(co_design, "__version__", "unknown")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="co-design", description="co-design: hardware-aware LLM architecture tools")
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
     pr = sub.add_parser("predict", help="predict serving performance of a model on a GPU deployment",
                         description=__doc__.split("\n\n")[0])
@@ -34,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks per replica (default 1)")
     pr.add_argument("--ep", type=int, default=1, help="expert-parallel ranks among the tp ranks (default 1)")
     pr.add_argument("--pp", type=int, default=1, help="pipeline stages (default 1)")
-    pr.add_argument("--attention-dp", action="store_true", help="attention data-parallel across the tp ranks (DEP)")
+    pr.add_argument("--attention-dp", action="store_true",
+                    help="attention data-parallel across the tp ranks (labelled DEP with --ep > 1, else ADP)")
     pr.add_argument("--helix", type=int, default=1, help="KV-parallel degree for decode attention (default 1)")
     pr.add_argument("--weights", choices=_PRECISIONS, default="nvfp4", help="weight format (default nvfp4)")
     pr.add_argument("--activations", choices=_PRECISIONS, default="nvfp4", help="activation format (default nvfp4)")
@@ -52,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     slo.add_argument("--max-tpot-ms", type=float, default=None, metavar="MS", help="e.g. 20")
     pr.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     pr.add_argument("--no-advice", action="store_true", help="skip shape advice (faster)")
-    pr.add_argument("--list-hardware", action="store_true", help="list known GPUs and exit")
+    pr.add_argument("--list-hardware", action="store_true",
+                    help="list known GPUs with their key specs (with --json: in SI units) and exit")
     return p
 
 
@@ -65,10 +87,17 @@ def _predict(args: argparse.Namespace) -> int:
     from co_design.arch import Architecture, ArchitectureError
     from co_design.hardware import get_gpu, list_gpus
     from co_design.perf import SLO, Deployment, max_throughput, pareto, predict, shape_advice
-    from co_design.perf.report import format_pareto, format_report
+    from co_design.perf.report import format_hardware, format_pareto, format_report
 
     if args.list_hardware:
-        print("\n".join(list_gpus()))
+        try:
+            gpus = [get_gpu(n) for n in list_gpus()]
+        except ValueError as exc:
+            return _fail(str(exc))
+        if args.json:
+            print(json.dumps({"gpus": [_gpu_specs(g) for g in gpus]}, indent=1))
+        else:
+            print(format_hardware(gpus))
         return 0
     if args.config is None:
         return _fail("CONFIG is required (an HF config.json or a project model YAML)")
@@ -84,26 +113,37 @@ def _predict(args: argparse.Namespace) -> int:
         dep = Deployment(gpus=args.gpus, tp=args.tp, ep=args.ep, pp=args.pp, attention_dp=args.attention_dp,
                          helix=args.helix, weights=args.weights, activations=args.activations,
                          kv_cache=args.kv_cache, isl=args.isl, osl=args.osl, concurrency=args.concurrency)
-        bounds = (args.min_tokens_per_s_per_user, args.max_ttft_ms, args.max_tpot_ms)
+        given = [(flag, field, v, v * unit) for flag, field, unit in _SLO_FLAGS
+                 if (v := getattr(args, flag[2:].replace("-", "_"))) is not None]
         slo = None
-        if any(b is not None for b in bounds):
+        if given:
             if args.concurrency is not None:
                 return _fail("an SLO selects the operating point: use it with --max-throughput or --pareto, "
                              "not with --concurrency")
-            slo = SLO(min_tokens_per_s_per_user=bounds[0],
-                      max_ttft_s=None if bounds[1] is None else bounds[1] / 1e3,
-                      max_tpot_s=None if bounds[2] is None else bounds[2] / 1e3)
+            slo = SLO(**{field: value for _, field, _, value in given})
+        miss = None
         if args.pareto:
             front = pareto(arch, gpu, dep, slo=slo)
+            if slo is not None and not front and pareto(arch, gpu, dep):  # points fit, none meets the SLO
+                miss = _slo_miss(f"{arch.name} on {gpu.name} x{dep.gpus}", given,
+                                 lambda one: bool(pareto(arch, gpu, dep, slo=one)))
             if args.json:
+                _say_slo_miss(miss, json_out=True)
                 print(json.dumps({"model": arch.name, "pareto": [_point(p) for p in front]}, indent=1))
+            elif miss:
+                _say_slo_miss(miss, json_out=False)
             else:
                 print(format_pareto(arch, gpu.name, front))
-            return 0
+            return _EXIT_SLO if miss else 0
         pred = predict(arch, gpu, dep) if args.concurrency is not None else max_throughput(arch, gpu, dep, slo=slo)
+        if slo is not None and pred.fits and not slo.met(pred):  # max_throughput fell back to the closest point
+            miss = _slo_miss(f"{arch.name} on {gpu.name} x{dep.gpus}", given,
+                             lambda one: one.met(max_throughput(arch, gpu, dep, slo=one)))
+            miss += "; the nearest point follows"
         advice = [] if args.no_advice else shape_advice(arch, gpu, dep.replace(concurrency=pred.batch))
     except ValueError as exc:
         return _fail(str(exc))
+    _say_slo_miss(miss, json_out=args.json)
     if args.json:
         d = pred.to_dict()
         d["model"] = arch.name
@@ -111,7 +151,37 @@ def _predict(args: argparse.Namespace) -> int:
         print(json.dumps(d, indent=1))
     else:
         print(format_report(arch, pred, advice))
-    return 0
+    return _EXIT_SLO if miss else 0
+
+
+def _slo_miss(where: str, given: list, reachable: Callable[[Any], bool]) -> str:
+    """One line naming the SLO flag(s) that no operating point of ``where`` meets.
+
+    ``given``: (flag, SLO field, value in the flag's unit, value in the field's unit) per bound given;
+    ``reachable(slo)``: whether some operating point meets ``slo``. Each flag that cannot be met even
+    alone is named; if every one can alone, the combination is.
+    """
+    from co_design.perf import SLO
+
+    alone = [(flag, v) for flag, field, v, value in given if not reachable(SLO(**{field: value}))]
+    flags = " and ".join(f"{flag} {v:g}" for flag, v in (alone or [(f, v) for f, _, v, _ in given]))
+    what = flags if alone or len(given) == 1 else f"{flags} together"
+    return (f"co-design predict: SLO cannot be met: no operating point of {where} reaches {what}; "
+            "relax it or serve on more or faster GPUs (--gpus, --tp, --hardware, --weights)")
+
+
+def _say_slo_miss(miss: str | None, *, json_out: bool) -> None:
+    """The SLO miss goes first: on stdout above the report, on stderr beside --json (stdout stays JSON)."""
+    if miss:
+        print(miss, file=sys.stderr if json_out else sys.stdout)
+
+
+def _gpu_specs(g) -> dict:
+    """--list-hardware --json: the key specs of one GPU under the catalog's field names, SI units
+    (bytes, bytes/s, dense FLOP/s per precision; NVLink per GPU per direction)."""
+    keys = ("name", "description", "hbm_bytes", "hbm_usable_bytes", "hbm_bytes_per_s", "nvlink_bytes_per_s",
+            "nvlink_domain")
+    return {**{k: getattr(g, k) for k in keys}, "peak_flops_per_s": dict(g.peak_flops_per_s)}
 
 
 def _point(p) -> dict:
@@ -124,9 +194,22 @@ def _point(p) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point (``co-design``); returns the exit code."""
+    try:
+        code = _run(argv)
+        sys.stdout.flush()  # a closed pipe shows here, inside the try, not at interpreter exit
+    except BrokenPipeError:
+        # the reader (e.g. `head`) closed the pipe: the Python docs' recipe (signal module, "Note on
+        # SIGPIPE"): point stdout at devnull so the final flush does not fail again, and exit quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    return code
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] not in ("predict", "-h", "--help"):
+    if argv and argv[0] not in ("predict", "-h", "--help", "--version"):
         argv = ["predict", *argv]  # `co-design CONFIG ...` works too
     try:
         args = parser.parse_args(argv)

@@ -1,8 +1,12 @@
-"""`co-design predict`: report, --json keys, defaults and exit code 2 on bad input."""
+"""`co-design predict`: report, --json keys, defaults, exit codes (2 bad input, 3 SLO out of reach, 1 closed pipe)."""
 
 import json
+import os
+import re
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -109,3 +113,131 @@ def test_model_that_does_not_fit_is_reported_not_crashed(tmp_path, capsys):
     assert main(["predict", str(big), "--hardware", "h100", "--weights", "bf16", "--json", "--no-advice"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["fits"] is False and d["memory_gb"]["weights"] == pytest.approx(811.7, rel=1e-3)
+
+
+def test_pareto_text_concurrency_is_the_deployments(config, capsys):
+    assert main(["predict", config, "--gpus", "4", "--pareto"]) == 0
+    rows = [re.split(r"\s{2,}", line.strip()) for line in capsys.readouterr().out.splitlines()[4:]]
+    assert len(rows) >= 3
+    for label, conc, per_gpu, per_user, *_ in rows:
+        # requests in flight, whole deployment = tokens/s of the 4 GPUs / tokens/s of one user
+        expected = float(per_gpu.replace(",", "")) * 4 / float(per_user.replace(",", ""))
+        assert int(conc.replace(",", "")) == pytest.approx(expected, rel=2e-3), (label, conc)
+    assert main(["predict", config, "--gpus", "4", "--pareto", "--json"]) == 0
+    assert [int(r[1].replace(",", "")) for r in rows] == [p["batch"] for p in json.loads(capsys.readouterr().out)["pareto"]]
+
+
+def test_dense_model_with_attention_dp_is_not_labelled_dep(config, capsys):
+    assert main(["predict", config, "--tp", "4", "--attention-dp", "--no-advice"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "co-design predict: tiny on b200 x4 (TP4 ADP)"
+    assert main(["predict", config, "--gpus", "4", "--pareto", "--json"]) == 0
+    labels = [p["deployment_label"] for p in json.loads(capsys.readouterr().out)["pareto"]]
+    assert labels and not [x for x in labels if "EP" in x]
+
+
+# a TPOT of 0.01 ms is out of reach: every iteration pays Runtime.iteration_overhead_s = 0.5 ms of host time
+SLO_MISS = ("co-design predict: SLO cannot be met: no operating point of tiny on b200 x{gpus} reaches --max-tpot-ms "
+            "0.01; relax it or serve on more or faster GPUs (--gpus, --tp, --hardware, --weights)")
+
+
+def test_unreachable_slo_exits_3_and_says_so_first(config, capsys):
+    # 1 tok/s per user is easy: only --max-tpot-ms is named
+    assert main(["predict", config, "--no-advice", "--min-tokens-per-s-per-user", "1", "--max-tpot-ms", "0.01"]) == 3
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == SLO_MISS.format(gpus=1) + "; the nearest point follows"
+    assert lines[1] == "co-design predict: tiny on b200 x1 (TP1)"
+    assert main(["predict", config, "--no-advice", "--max-tpot-ms", "0.01", "--json"]) == 3
+    out, err = capsys.readouterr()
+    assert err.splitlines() == [SLO_MISS.format(gpus=1) + "; the nearest point follows"]
+    assert json.loads(out)["batch"] == 1  # the nearest point: the fastest per user
+
+
+def test_unreachable_slo_on_the_pareto_front_exits_3(config, capsys):
+    assert main(["predict", config, "--gpus", "2", "--pareto", "--max-tpot-ms", "0.01"]) == 3
+    assert capsys.readouterr().out.splitlines() == [SLO_MISS.format(gpus=2)]
+    assert main(["predict", config, "--gpus", "2", "--pareto", "--max-tpot-ms", "0.01", "--json"]) == 3
+    out, err = capsys.readouterr()
+    assert err.splitlines() == [SLO_MISS.format(gpus=2)] and json.loads(out)["pareto"] == []
+
+
+def test_unknown_hf_model_family_is_refused_by_name(tmp_path, capsys):
+    hf = {"model_type": "mamba", "hidden_size": 768, "num_hidden_layers": 24, "num_attention_heads": 12,
+          "intermediate_size": 1536, "vocab_size": 50280}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(hf))
+    assert main(["predict", str(p), "--no-advice"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == (
+        f"co-design predict: error: cannot read model CONFIG {str(p)!r}: HF config model_type='mamba' is not a "
+        "supported model family (supported: deepseek_v2, deepseek_v3, gpt_oss, llama, llama4, mixtral, qwen2, "
+        "qwen2_moe, qwen3, qwen3_moe); describe the model as a project YAML of Architecture fields instead\n")
+
+
+def test_closed_pipe_exits_quietly(config):
+    # the reader closes its end before the first byte comes: every write hits EPIPE (as `| head -0` would)
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        r = subprocess.run([sys.executable, "-m", "co_design.cli", "predict", config, "--no-advice"],
+                           stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert (r.returncode, r.stderr) == (1, "")
+
+
+@pytest.mark.skipif(not hasattr(__import__("fcntl"), "F_SETPIPE_SZ"), reason="needs Linux pipe sizing")
+def test_closed_pipe_after_the_first_line(config):
+    # a reader that takes the first line and leaves (`| head -1`) while the writer still has output queued:
+    # a 4 kB pipe and a ~13 kB report (--json with the op table), so at most 8 kB are gone when it closes
+    import fcntl
+
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
+    proc = subprocess.Popen([sys.executable, "-m", "co_design.cli", "predict", config, "--no-advice", "--json"],
+                            stdout=write_end, stderr=subprocess.PIPE, text=True)
+    os.close(write_end)
+    first = b""
+    while b"\n" not in first:
+        first += os.read(read_end, 64)
+    os.close(read_end)
+    assert first.startswith(b"{\n")
+    assert proc.wait(timeout=120) == 1 and proc.stderr.read() == ""
+    proc.stderr.close()
+
+
+# the catalog's datasheet numbers (co_design/hardware/data/*.yaml): HBM GiB, usable GiB, HBM TB/s, dense BF16 / FP8 /
+# NVFP4 TFLOPS, NVLink GB/s per direction, GPUs per NVLink domain
+B200 = ["b200", "192", "180.0", "8.00", "2,250", "4,500", "9,000", "900", "8"]
+H100 = ["h100", "80", "79.6", "3.35", "989", "1,979", "-", "450", "8"]  # usable: nvidia-smi's 81559 MiB
+
+
+def test_list_hardware_shows_specs(capsys, monkeypatch):
+    monkeypatch.delenv("CO_DESIGN_HARDWARE_PATH", raising=False)
+    assert main(["--list-hardware"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert re.split(r"\s{2,}", lines[2].strip()) == ["gpu", "HBM GiB", "usable GiB", "HBM TB/s", "BF16 TFLOPS",
+                                                    "FP8 TFLOPS", "NVFP4 TFLOPS", "NVLink GB/s", "NVLink GPUs",
+                                                    "description"]
+    rows = {line.split()[0]: line.split()[:9] for line in lines[4:]}
+    assert list(rows) == ["h100", "h200", "b200", "gb200", "b300", "gb300"]
+    assert rows["b200"] == B200 and rows["h100"] == H100
+
+
+def test_list_hardware_json(capsys, monkeypatch):
+    monkeypatch.delenv("CO_DESIGN_HARDWARE_PATH", raising=False)
+    assert main(["predict", "--list-hardware", "--json"]) == 0
+    gpus = {g["name"]: g for g in json.loads(capsys.readouterr().out)["gpus"]}
+    assert list(gpus) == ["h100", "h200", "b200", "gb200", "b300", "gb300"]
+    b200 = dict(gpus["b200"])
+    assert b200.pop("description").startswith("NVIDIA B200")
+    assert b200 == {"name": "b200", "hbm_bytes": 192 * 2**30, "hbm_usable_bytes": 180 * 2**30,
+                    "hbm_bytes_per_s": 8.0e12, "nvlink_bytes_per_s": 900e9, "nvlink_domain": 8,
+                    "peak_flops_per_s": {"bf16": 2250e12, "fp8": 4500e12, "nvfp4": 9000e12}}
+    assert gpus["h100"]["peak_flops_per_s"] == {"bf16": 989e12, "fp8": 1979e12}  # Hopper: no FP4 tensor cores
+
+
+def test_version(capsys):
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"co-design {pyproject['project']['version']}\n"
+

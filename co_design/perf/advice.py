@@ -10,7 +10,7 @@ that is not one of 256 can still waste half a tile. For each such dimension the
 nearest total value whose shard is aligned is scored by the model at the same
 deployment and batch, and ``gain`` is the relative change in output tokens/s per
 GPU (positive: faster). No rule of thumb: a misalignment the model finds harmless
-gets a gain near zero.
+gets a gain near zero, and is not advised (see :data:`MIN_GAIN`).
 """
 
 from __future__ import annotations
@@ -28,6 +28,11 @@ if TYPE_CHECKING:
     from co_design.hardware import GPU
 
 __all__ = ["shape_advice"]
+
+#: Smallest relative gain in output tokens/s per GPU (0.01 = 1 %) worth advising. Below it the
+#: change is within what the roofline model does not resolve (per-shape kernel quirks, see the
+#: co_design.perf docstring) and not worth changing a model's shape for; a loss is never advice.
+MIN_GAIN = 0.01
 
 
 def _dims(arch: "Architecture", dep: Deployment) -> list[tuple[str, int, int]]:
@@ -53,16 +58,20 @@ def _change(arch: "Architecture", dim: str, value: int) -> "Architecture":
 
 
 def shape_advice(arch: "Architecture", gpu: "GPU | str", deployment: Deployment, *,
-                 min_gain: float = float("-inf")) -> list[Advice]:
+                 min_gain: float = MIN_GAIN) -> list[Advice]:
     """Misaligned dimensions/shards and the model-computed gain of the nearest aligned values.
 
     For each dimension whose per-GPU shard is not a multiple of 128 (or, on GPUs
     with 256-wide tiles, of 256 while a multiple of 128), both neighbours (the
     aligned value below and above) are scored at ``deployment.concurrency`` if
     given, else at the batch :func:`max_throughput` picks for the current shape.
-    The advice carries the neighbour with the larger gain; the message gives both
-    (rounding up adds work, so its gain can be negative). Sorted by gain, largest
-    first; advice with ``gain < min_gain`` is dropped.
+    Only neighbours that gain at least ``min_gain`` (a fraction of output tokens/s
+    per GPU; default :data:`MIN_GAIN` = 0.01, i.e. 1 %) are advised: rounding up
+    adds work, so its gain is often negative, and a change worth less than 1 % is
+    below what the model resolves. The advice carries the neighbour with the
+    larger gain; the message gives every neighbour kept. Sorted by gain, largest
+    first. ``min_gain=-math.inf`` lists every misalignment whatever its gain (a
+    diagnostic, as CoDesignCallback's alignment warnings do), not advice.
     """
     gpu = get_gpu(gpu)
     dep = deployment
@@ -88,12 +97,12 @@ def shape_advice(arch: "Architecture", gpu: "GPU | str", deployment: Deployment,
                 new = predict(_change(arch, dim, shard * ways), gpu, dep)
             except ValueError:
                 continue
-            scored.append((new.output_tokens_per_s_per_gpu / ref - 1.0, shard))
+            gain = new.output_tokens_per_s_per_gpu / ref - 1.0
+            if gain >= min_gain:
+                scored.append((gain, shard))
         if not scored:
             continue
         gain, shard = max(scored)
-        if gain < min_gain:
-            continue
         split = f" ({per_gpu} per GPU, {ways}-way split)" if ways > 1 else ""
         options = "; ".join(f"{dim}={s * ways}{f' ({s} per GPU)' if ways > 1 else ''}: {g:+.1%}" for g, s in scored)
         out.append(Advice(

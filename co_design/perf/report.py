@@ -8,8 +8,9 @@ from co_design.perf.types import Advice, Prediction
 
 if TYPE_CHECKING:
     from co_design.arch import Architecture
+    from co_design.hardware import GPU
 
-__all__ = ["format_report", "format_pareto"]
+__all__ = ["format_report", "format_pareto", "format_hardware"]
 
 
 def _table(header: Sequence[str], rows: list[Sequence[str]], right: set[int]) -> list[str]:
@@ -95,11 +96,14 @@ def format_report(arch: "Architecture", pred: Prediction, advice: Sequence[Advic
 
 
 def format_pareto(arch: "Architecture", gpu_name: str, front: Sequence[Prediction]) -> str:
-    """The throughput-vs-interactivity front as a table, most interactive last."""
+    """The throughput-vs-interactivity front as a table, most interactive last.
+
+    "concurrency" is requests in flight in the whole deployment (``Prediction.batch``, all replicas).
+    """
     if not front:
         return f"{arch.name} on {gpu_name}: no operating point fits (and meets the SLO)"
     rows = [
-        [p.deployment.label, f"{p.batch * p.deployment.replicas:,}", f"{p.output_tokens_per_s_per_gpu:,.1f}",
+        [p.deployment.label, f"{p.batch:,}", f"{p.output_tokens_per_s_per_gpu:,.1f}",
          f"{p.output_tokens_per_s_per_user:,.1f}", f"{p.ttft_s * 1e3:,.1f}", f"{p.tpot_s * 1e3:,.2f}",
          f"{p.memory_per_gpu_bytes / 1e9:,.1f}", p.bound]
         for p in front
@@ -107,3 +111,25 @@ def format_pareto(arch: "Architecture", gpu_name: str, front: Sequence[Predictio
     header = ["deployment", "concurrency", "tok/s/GPU", "tok/s/user", "TTFT ms", "TPOT ms", "GB/GPU", "bound"]
     title = f"Pareto front of {arch.name} on {gpu_name} x{front[0].deployment.gpus}: {len(front)} operating points"
     return "\n".join([title, ""] + _table(header, rows, right={1, 2, 3, 4, 5, 6}))
+
+
+def format_hardware(gpus: Sequence["GPU"]) -> str:
+    """The GPUs' key specs, one row each, in the units the header names.
+
+    HBM (physical, and what the runtime can use) in GiB (2**30 bytes, how the datasheets' "80 GB" /
+    "192 GB" are meant), HBM bandwidth in TB/s (1e12 bytes/s), dense (non-sparse) tensor-core peaks
+    in TFLOPS (1e12 FLOP/s; "-" where the GPU has no path at that precision), NVLink in GB/s (1e9
+    bytes/s) per GPU per direction, and the GPUs one NVLink domain reaches.
+    """
+
+    def tflops(g: "GPU", prec: str) -> str:
+        v = g.peak_flops_per_s.get(prec)
+        return "-" if v is None else f"{v / 1e12:,.0f}"
+
+    rows = [[g.name, f"{g.hbm_bytes / 2**30:,.0f}", f"{g.hbm_usable_bytes / 2**30:,.1f}",
+             f"{g.hbm_bytes_per_s / 1e12:.2f}", tflops(g, "bf16"), tflops(g, "fp8"), tflops(g, "nvfp4"),
+             f"{g.nvlink_bytes_per_s / 1e9:,.0f}", f"{g.nvlink_domain}", g.description] for g in gpus]
+    header = ["gpu", "HBM GiB", "usable GiB", "HBM TB/s", "BF16 TFLOPS", "FP8 TFLOPS", "NVFP4 TFLOPS", "NVLink GB/s",
+              "NVLink GPUs", "description"]
+    title = "Known GPUs (dense peaks; NVLink per GPU per direction; --hardware takes the name)"
+    return "\n".join([title, ""] + _table(header, rows, right={1, 2, 3, 4, 5, 6, 7, 8}))

@@ -88,7 +88,8 @@ class Deployment:
       ``gpus / (tp * pp)`` replicas serve independent requests.
     * ``tp``: tensor-parallel size of a replica. With ``attention_dp`` the
       attention runs data-parallel across these ``tp`` ranks (each rank its own
-      requests, full attention weights) while the FFN/MoE stays TP/EP ("DEP").
+      requests, full attention weights) while the FFN/MoE stays TP/EP ("DEP" with
+      ``ep > 1``; "ADP" without expert parallelism, e.g. a dense model).
     * ``ep``: expert-parallel size inside the ``tp`` ranks (``tp % ep == 0``;
       each expert split ``tp / ep`` ways).
     * ``pp``: pipeline stages (layers split evenly; the slowest stage sets the pace).
@@ -154,14 +155,18 @@ class Deployment:
 
     @property
     def label(self) -> str:
-        """TensorRT-LLM-style notation, e.g. ``TP8 EP8 DEP`` or ``TP4 PP2 x2``."""
+        """TensorRT-LLM-style notation, e.g. ``TP8 EP8 DEP``, ``TP4 ADP`` or ``TP4 PP2 x2``.
+
+        ``EP``/``DEP`` (attention-DP with expert parallelism) only when ``ep > 1``:
+        attention-DP without it, as on a dense model, is ``ADP``.
+        """
         s = f"TP{self.tp}"
         if self.ep > 1:
             s += f" EP{self.ep}"
         if self.pp > 1:
             s += f" PP{self.pp}"
         if self.attention_dp:
-            s += " DEP"
+            s += " DEP" if self.ep > 1 else " ADP"
         if self.helix > 1:
             s += f" Helix{self.helix}"
         if self.replicas > 1:

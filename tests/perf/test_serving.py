@@ -1,10 +1,13 @@
 """predict / max_throughput / pareto / shape_advice: trends, memory, parallelism and bad input."""
 
+import math
+
 import pytest
 
 from co_design.arch import MLA, Architecture
 from co_design.hardware import get_gpu, list_gpus
-from co_design.perf import SLO, Deployment, Prediction, Runtime, max_throughput, pareto, predict, shape_advice
+from co_design.perf import (SLO, Deployment, Prediction, Runtime, max_throughput, parallelisms, pareto, predict,
+                            shape_advice)
 from co_design.perf.memory import kv_bytes_per_request, weights_bytes_per_gpu
 
 SMALL = Architecture(hidden=2048, layers=4, heads=16, kv_heads=4, ffn=8192, vocab=32000, name="small")
@@ -105,13 +108,70 @@ def test_tp_shard_misalignment_is_visible():
     up = next(o for o in p.ops if o.name == "gate_up_proj" and o.phase == "decode")
     assert down.shape[2] == 2144 and up.shape[1] == 2 * 2144
     assert up.tile_efficiency < 1.0
-    advice = shape_advice(odd, "b200", d)
+    advice = shape_advice(odd, "b200", d, min_gain=-math.inf)  # every misalignment, whatever its gain
     ffn = [a for a in advice if a.dimension == "ffn"]
     assert ffn and ffn[0].per_gpu_value == 2144 and ffn[0].aligned_value % (128 * 4) == 0
     assert "ffn" in ffn[0].message
     # the aligned size at the same per-GPU work is not slower per FLOP: shrink-to-align gains
     assert isinstance(ffn[0].gain, float)
-    assert not [a for a in shape_advice(SMALL, "b200", d) if a.dimension == "ffn"]  # 8192/4 = 2048 aligned
+    assert not [a for a in shape_advice(SMALL, "b200", d, min_gain=-math.inf) if a.dimension == "ffn"]  # 2048 aligned
+
+
+MID = Architecture(hidden=4128, head_dim=128, layers=4, heads=32, kv_heads=8, ffn=14336, vocab=128256, name="mid")
+PREFILL_HEAVY = Deployment(isl=8192, osl=128, concurrency=64)
+
+
+def _gain(arch, changed, dep=PREFILL_HEAVY):
+    """Relative change in output tokens/s per GPU, from two predictions (the advice's definition)."""
+    return (predict(changed, "b200", dep).output_tokens_per_s_per_gpu
+            / predict(arch, "b200", dep).output_tokens_per_s_per_gpu - 1.0)
+
+
+def test_shape_advice_advises_only_gains_of_at_least_one_percent():
+    # hidden 4128 (= 32*129): its neighbours 4096 and 4224; only ffn, vocab, head_dim are aligned here
+    down, up = _gain(MID, MID.replace(hidden=4096)), _gain(MID, MID.replace(hidden=4224))
+    assert down >= 0.01 and up < 0  # the premise: shrinking gains over 1 %, rounding up loses
+    advice = shape_advice(MID, "b200", PREFILL_HEAVY)
+    assert [(a.dimension, a.value, a.aligned_value) for a in advice] == [("hidden", 4128, 4096)]
+    assert advice[0].gain == pytest.approx(down, rel=1e-9)
+    assert f"hidden=4096: {down:+.1%}" in advice[0].message and "4224" not in advice[0].message
+
+
+def test_shape_advice_drops_losses_and_negligible_gains():
+    # head_dim 96: the only aligned neighbour is 128 (0 is no head), which adds work: a loss
+    hd = MID.replace(hidden=4096, head_dim=96)
+    loss = _gain(hd, hd.replace(head_dim=128))
+    assert loss < -0.01
+    assert shape_advice(hd, "b200", PREFILL_HEAVY) == []
+    listed = shape_advice(hd, "b200", PREFILL_HEAVY, min_gain=-math.inf)  # the diagnostic still lists it
+    assert [(a.dimension, a.aligned_value) for a in listed] == [("head_dim", 128)]
+    assert listed[0].gain == pytest.approx(loss, rel=1e-9)
+    # ffn 14400 (= 128*112.5): shrinking to 14336 gains, but under 1 %
+    ffn = MID.replace(hidden=4096, ffn=14400)
+    small = _gain(ffn, ffn.replace(ffn=14336))
+    assert 0 < small < 0.01
+    assert shape_advice(ffn, "b200", PREFILL_HEAVY) == []
+    assert shape_advice(ffn, "b200", PREFILL_HEAVY, min_gain=small / 2)[0].gain == pytest.approx(small, rel=1e-9)
+
+
+def test_pareto_report_counts_concurrency_once():
+    from co_design.perf.report import format_pareto
+
+    # 4 single-GPU replicas, 8 requests in flight in all: 2 per replica
+    dep = Deployment(gpus=4, isl=1000, osl=1000)
+    front = pareto(SMALL, "b200", dep, deployments=[dep], concurrencies=[8])
+    assert len(front) == 1 and front[0].batch == 8
+    row = format_pareto(SMALL, "b200", front).splitlines()[-1].split()
+    assert row[:3] == ["TP1", "x4", "8"]  # deployment label, then the concurrency: 8, not 8 x 4 replicas
+
+
+def test_dense_layouts_are_never_labelled_ep_or_dep():
+    # attention-DP on a dense model (no experts to split) is ADP; DEP needs ep > 1
+    assert [d.label for d in parallelisms(SMALL, 4)] == ["TP1 x4", "TP2 x2", "TP2 ADP x2", "TP4", "TP4 ADP"]
+    moe = [d.label for d in parallelisms(MOE, 4)]
+    assert "TP4 EP4 DEP" in moe and "TP2 EP2 DEP x2" in moe and "TP4 ADP" in moe  # MoE, ep = 1: no EP either
+    assert [p.deployment.label for p in pareto(SMALL, "b200", Deployment(gpus=4), concurrencies=[64])
+            if "EP" in p.deployment.label] == []
 
 
 def test_moe_decode_reads_touched_experts_only():
@@ -216,7 +276,8 @@ def test_report_text():
     from co_design.perf.report import format_report
 
     p = predict(SMALL, "b200", Deployment(concurrency=4))
-    text = format_report(SMALL, p, shape_advice(SMALL.replace(ffn=8000), "b200", Deployment(concurrency=4)))
+    text = format_report(SMALL, p, shape_advice(SMALL.replace(ffn=8000), "b200", Deployment(concurrency=4),
+                                                min_gain=-math.inf))
     assert "attention_decode" in text and "Memory per GPU" in text and "ffn=8000" in text
 
 
