@@ -15,7 +15,6 @@ gets a gain near zero, and is not advised (see :data:`MIN_GAIN`).
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 from co_design.hardware import get_gpu
