@@ -127,10 +127,10 @@ class GPU:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["peak_flops_per_s"] = dict(self.peak_flops_per_s)
-        d["sources"] = dict(self.sources)
-        return d
+        """Every field by name, mappings as plain dicts (``dataclasses.asdict`` cannot deep-copy the
+        read-only mapping proxies the spec tables are kept in)."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {k: dict(v) if isinstance(v, Mapping) else (list(v) if isinstance(v, tuple) else v) for k, v in d.items()}
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(GPU)}

@@ -112,3 +112,15 @@ def test_load_gpu_same_name_overrides(tmp_path):
 def test_negative_overheads_and_empty_tiles_rejected(change):
     with pytest.raises(ValueError, match=next(iter(change))):
         get_gpu("b200").replace(**change)
+
+
+@pytest.mark.parametrize("name", list_gpus())
+def test_to_dict_is_plain_json_with_every_field(name):
+    import dataclasses
+    import json
+
+    gpu = get_gpu(name)
+    d = json.loads(json.dumps(gpu.to_dict()))
+    assert set(d) == {f.name for f in dataclasses.fields(gpu)}
+    assert d["peak_flops_per_s"] == dict(gpu.peak_flops_per_s)
+    assert d["hbm_bytes_per_s"] == gpu.hbm_bytes_per_s and d["gemm_tiles"] == [list(t) for t in gpu.gemm_tiles]
