@@ -66,7 +66,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--report", action="store_true", help="only rewrite the report from mup_transfer.json")
     args = ap.parse_args()
+    if args.report:
+        write_report(json.loads((RESULTS / "mup_transfer.json").read_text()))
+        return
     out: dict = {"steps": args.steps, "lrs": list(LRS), "head_dims": list(HEAD_DIMS),
                  "mup": {"base_hidden": MUP.base_hidden, "base_head_dim": MUP.base_head_dim}, "loss": {}}
     for label, mup in (("standard", None), ("mup", MUP)):
@@ -118,6 +122,15 @@ def write_report(out: dict) -> None:
               "loss paid at each width for the grid lr nearest the hidden-128 optimum (nats) |", "|---|---|---|"]
     for label, spread, regret in summary:
         lines.append(f"| {label} | {spread:.2f} | " + ", ".join(f"h{h}: {v:+.4f}" for h, v in regret.items()) + " |")
+    best = {label: {h: min(row) for h, row in table.items()} for label, table in out["loss"].items()}
+    widest = max(best["standard"], key=int)
+    edge = {label: table[widest].index(min(table[widest])) in (0, len(lrs) - 1) for label, table in out["loss"].items()}
+    lines += ["", "Best loss over the grid at each width (nats): " + "; ".join(
+        f"{label}: " + ", ".join(f"h{h} {v:.4f}" for h, v in b.items()) for label, b in best.items()) + ". At hidden "
+        f"{widest} the standard parametrization's best is {best['standard'][widest] - best['mup'][widest]:+.4f} nats from "
+        f"μP's" + (" (its optimum sits at the grid's edge, so it may be lower still)" if edge["standard"] else "") + ": "
+        "μP fixes where the optimum lies, not how good it is, and its base constants (attention scale, output "
+        "multiplier) are not tuned here."]
     (RESULTS / "mup_transfer.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
