@@ -81,7 +81,8 @@ CANDIDATES: list[tuple[str, str, dict[str, Any]]] = [
 PROXY_STEPS, TRUTH_STEPS = 150, 1200
 TRUTH_VAL_BATCHES = 32
 SEEDS = (0, 1, 2)
-RUNG_STEPS = (50, 150, 450)  # successive halving with eta 3: the same compute as 150 steps for all
+RUNG_STEPS = (50, 150, 450)
+TRUTH_SEED_CANDIDATES = ("D5", "D1")  # retrained with seeds 1 and 2: how well the ground truth itself is resolved  # successive halving with eta 3: the same compute as 150 steps for all
 
 
 def full_arch(shape: dict[str, Any]) -> Architecture:
@@ -134,6 +135,9 @@ def jobs() -> list[dict[str, Any]]:
     order = {"dense_iso": 0, "moe_iso": 1, "dense_mixed": 2}  # the iso-parameter sets first
     for label, _, _ in sorted(CANDIDATES, key=lambda c: order[c[1]]):
         out.append(dict(kind="truth", cand=label, seed=0, quant="nvfp4", param="recipe"))
+    for label in TRUTH_SEED_CANDIDATES:  # the ground truth's own seed noise
+        for seed in SEEDS[1:]:
+            out.append(dict(kind="truth_seed", cand=label, seed=seed, quant="nvfp4", param="recipe"))
     return out
 
 
@@ -161,7 +165,7 @@ def run_job(job: dict[str, Any], threads: int) -> dict[str, Any]:
     reduction, mup, lr = proxy_settings()
     shape = dict(next(s for lab, _, s in CANDIDATES if lab == job["cand"]))
     arch = full_arch(shape)
-    if job["kind"] == "proxy":
+    if job["kind"] == "proxy":  # "truth" and "truth_seed": the full-size candidate
         arch = reduce_architecture(arch, reduction, 256)
         steps, val_batches = job.get("steps") or PROXY_STEPS, 4
     else:
@@ -439,6 +443,13 @@ def report() -> str:
             sp, kd = spearman(proxy, truth), kendall(proxy, truth)
             summary[(name, vname)] = sp
             lines.append(f"| {name} | {len(labels)} | {vname} | {sp:+.3f} | {kd:+.3f} | {r}/{n} | {rc}/{nc} |")
+    noise = []
+    for label in TRUTH_SEED_CANDIDATES:
+        vals = [get(label, "truth")] + [get(label, "truth_seed", s) for s in SEEDS[1:]]
+        if all(v is not None for v in vals):
+            noise.append(f"{label}: " + ", ".join(f"{v:.4f}" for v in vals) + f" (sd {statistics.stdev(vals):.4f})")
+    if noise:
+        lines += ["", "Ground truth's own seed noise (seeds 0, 1, 2 of the full-size run): " + "; ".join(noise) + "."]
     lines += halving_section(get)
     lines += extrapolation_section(get)
     if gaps:
@@ -457,7 +468,7 @@ def main() -> None:
     ap.add_argument("--shard", default="0/1", help="i/n: run every n-th job starting at i (cached ones skipped)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--report", action="store_true", help="only write the report from the cached runs")
-    ap.add_argument("--kind", choices=("proxy", "truth"), default=None, help="only this kind of run")
+    ap.add_argument("--kind", choices=("proxy", "truth", "truth_seed"), default=None, help="only this kind of run")
     args = ap.parse_args()
     if not args.report:
         check_membership()

@@ -87,3 +87,17 @@ def test_a_study_promotes_non_dominated_candidates_to_longer_runs(tmp_path):
             assert promotes(own, others, eta=3), (t.number, steps)
     rows = {r["trial"]: r for r in res.summary["rows"]}
     assert {rows[n]["proxy_steps"] for n in rows} <= {3, 9, 27}
+
+
+def test_the_loss_objective_is_defined_in_words():
+    from search.app import loss_definition
+
+    cfg = to_search_config(compose_config("tracking=off", "proxy.budget.steps=150", "proxy.data.batch_size=8",
+                                          "proxy.data.seq_len=128"))
+    text = loss_definition(cfg)
+    assert "after 153,600 training tokens (150 steps)" in text and "muP (base width 128" in text
+    cfg = to_search_config(compose_config("tracking=off", "proxy.budget.steps=450", "proxy.halving.rungs=3",
+                                          "proxy.mup=null"))
+    text = loss_definition(cfg)
+    assert "51,200 tokens for every candidate, up to 460,800 for the best 1/9" in text
+    assert "standard parametrization" in text
