@@ -14,8 +14,8 @@ than the law at the proxy's scale -- to the full size:
 
     L_hat(candidate) = L_proxy + L(N_full, D_target) - L(N_proxy, D_proxy)
 
-The fit is a grid over (alpha, beta) with non-negative least squares for (E, A, B) at each point,
-in numpy; no values are set by hand. The default target budget is compute-optimal: 20 tokens per
+The fit is a grid over (alpha, beta) with bounded least squares for (E free, A, B >= 0) at each
+point (scipy's ``lsq_linear``); no values are set by hand. The default target budget is compute-optimal: 20 tokens per
 parameter (Hoffmann et al. 2022, Table 3).
 """
 
@@ -54,21 +54,12 @@ class LossLaw:
         return float(loss + self(params, tokens) - self(proxy_params, proxy_tokens))
 
 
-def _nnls3(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
-    """Least squares ``X @ c ~ y`` with ``c[1:] >= 0`` (E free): the best over active sets."""
-    best: tuple[np.ndarray, float] | None = None
-    for keep in ((1, 2), (1,), (2,), ()):
-        cols = [0, *keep]
-        c_sub, *_ = np.linalg.lstsq(X[:, cols], y, rcond=None)
-        if any(c_sub[1:] < 0):
-            continue
-        c = np.zeros(3)
-        c[cols] = c_sub
-        sse = float(np.sum((X @ c - y) ** 2))
-        if best is None or sse < best[1]:
-            best = (c, sse)
-    assert best is not None  # the constant-only model is always feasible
-    return best
+def _bounded_lstsq(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
+    """Least squares ``X @ c ~ y`` with ``c[1:] >= 0`` (E free), by scipy's bounded solver."""
+    from scipy.optimize import lsq_linear
+
+    res = lsq_linear(X, y, bounds=([-np.inf, 0.0, 0.0], [np.inf, np.inf, np.inf]))
+    return res.x, float(np.sum((X @ res.x - y) ** 2))
 
 
 def fit_loss_law(points: Sequence[tuple[float, float, float]]) -> LossLaw:
@@ -83,7 +74,7 @@ def fit_loss_law(points: Sequence[tuple[float, float, float]]) -> LossLaw:
     best: tuple[float, float, float, np.ndarray] | None = None
     for alpha, beta in itertools.product(_EXPONENTS, _EXPONENTS):
         X = np.stack([np.ones_like(n), n**-alpha, d**-beta], axis=1)
-        c, sse = _nnls3(X, y)
+        c, sse = _bounded_lstsq(X, y)
         if best is None or sse < best[0]:
             best = (sse, float(alpha), float(beta), c)
     assert best is not None
