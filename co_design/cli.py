@@ -57,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--attention-dp", action="store_true",
                     help="attention data-parallel across the tp ranks (labelled DEP with --ep > 1, else ADP)")
     pr.add_argument("--helix", type=int, default=1, help="KV-parallel degree for decode attention (default 1)")
-    pr.add_argument("--weights", choices=_PRECISIONS, default="nvfp4", help="weight format (default nvfp4)")
+    pr.add_argument("--weights", choices=_PRECISIONS, default="nvfp4",
+                    help="weight format (default nvfp4; each GPU's native formats: --list-hardware --json)")
     pr.add_argument("--activations", choices=_PRECISIONS, default="nvfp4", help="activation format (default nvfp4)")
     pr.add_argument("--kv-cache", choices=_PRECISIONS, default="fp8", help="KV-cache format (default fp8)")
     pr.add_argument("--isl", type=int, default=1024, help="input tokens per request (default 1024)")
@@ -85,7 +86,7 @@ def _fail(msg: str) -> int:
 
 def _predict(args: argparse.Namespace) -> int:
     from co_design.arch import Architecture, ArchitectureError
-    from co_design.hardware import get_gpu, list_gpus
+    from co_design.hardware import PRECISION_FIELDS, check_precision, get_gpu, list_gpus
     from co_design.perf import SLO, Deployment, max_throughput, pareto, predict, shape_advice
     from co_design.perf.report import format_hardware, format_pareto, format_report
 
@@ -113,6 +114,8 @@ def _predict(args: argparse.Namespace) -> int:
         dep = Deployment(gpus=args.gpus, tp=args.tp, ep=args.ep, pp=args.pp, attention_dp=args.attention_dp,
                          helix=args.helix, weights=args.weights, activations=args.activations,
                          kv_cache=args.kv_cache, isl=args.isl, osl=args.osl, concurrency=args.concurrency)
+        for name in PRECISION_FIELDS:  # one table for predict, the callback and the search; named by flag here
+            check_precision(gpu, name, getattr(dep, name), label="--" + name.replace("_", "-"))
         given = [(flag, field, v, v * unit) for flag, field, unit in _SLO_FLAGS
                  if (v := getattr(args, flag[2:].replace("-", "_"))) is not None]
         slo = None
@@ -178,10 +181,12 @@ def _say_slo_miss(miss: str | None, *, json_out: bool) -> None:
 
 def _gpu_specs(g) -> dict:
     """--list-hardware --json: the key specs of one GPU under the catalog's field names, SI units
-    (bytes, bytes/s, dense FLOP/s per precision; NVLink per GPU per direction)."""
+    (bytes, bytes/s, dense FLOP/s per precision; NVLink per GPU per direction), and the formats it
+    runs natively per tensor class (what --weights / --activations / --kv-cache accept on it)."""
     keys = ("name", "description", "hbm_bytes", "hbm_usable_bytes", "hbm_bytes_per_s", "nvlink_bytes_per_s",
             "nvlink_domain")
-    return {**{k: getattr(g, k) for k in keys}, "peak_flops_per_s": dict(g.peak_flops_per_s)}
+    return {**{k: getattr(g, k) for k in keys}, "peak_flops_per_s": dict(g.peak_flops_per_s),
+            "precisions": {k: list(v) for k, v in g.precisions.items()}}
 
 
 def _point(p) -> dict:

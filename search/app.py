@@ -336,16 +336,27 @@ def _full_params(cfg: SearchConfig, corner: int) -> int:
 
 
 def _check_precisions(cfg: SearchConfig, gpu: Any) -> None:
-    """Every precision the study may serve in must exist on the GPU (before any trial runs)."""
-    wanted = {cfg.deployment.weights, cfg.deployment.activations, *cfg.space.precisions}
-    missing = sorted(p for p in wanted if p not in gpu.peak_flops_per_s)
-    if missing:
-        raise ConfigError(
-            [
-                f"hardware.gpu={gpu.name!r} has no tensor-core path for {missing} (it has "
-                f"{sorted(gpu.peak_flops_per_s)}); change deployment.weights/activations or space.precisions"
-            ]
-        )
+    """Every precision the study may serve in must run natively on the GPU (before any trial runs).
+
+    One check for the whole project: :func:`co_design.hardware.check_precision`, the GPU's precision
+    table that ``co-design predict`` and the callback use too. A searched precision serves both
+    weights and activations (search/scoring.py), so it is checked as both.
+    """
+    from co_design.hardware import check_precision
+
+    d = cfg.deployment
+    wanted = [(f, f"deployment.{f}", getattr(d, f)) for f in ("weights", "activations", "kv_cache")]
+    wanted += [(f, f"space.precisions[{i}]", p) for i, p in enumerate(cfg.space.precisions)
+               for f in ("weights", "activations")]
+    problems: list[str] = []
+    for field_name, key, precision in wanted:
+        try:
+            check_precision(gpu, field_name, precision, label=key)
+        except ValueError as exc:
+            if not any(p.startswith(f"{key}=") for p in problems):  # one line per key
+                problems.append(str(exc))
+    if problems:
+        raise ConfigError(problems)
 
 
 # --------------------------------------------------------------------------- the job

@@ -107,10 +107,12 @@ def test_slo_with_fixed_concurrency_is_refused(config, capsys):
 def test_model_that_does_not_fit_is_reported_not_crashed(tmp_path, capsys):
     big = tmp_path / "big.yaml"
     big.write_text("hidden: 16384\nlayers: 126\nheads: 128\nkv_heads: 8\nffn: 53248\nvocab: 128256\n")
-    assert main(["predict", str(big), "--hardware", "h100", "--weights", "bf16", "--no-advice"]) == 0
+    assert main(["predict", str(big), "--hardware", "h100", "--weights", "bf16", "--activations", "bf16",
+                 "--no-advice"]) == 0
     out = capsys.readouterr().out
     assert "DOES NOT FIT" in out and "weights alone 811.7 GB" in out  # 405.85e9 params x 2 bytes
-    assert main(["predict", str(big), "--hardware", "h100", "--weights", "bf16", "--json", "--no-advice"]) == 0
+    assert main(["predict", str(big), "--hardware", "h100", "--weights", "bf16", "--activations", "bf16",
+                 "--json", "--no-advice"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["fits"] is False and d["memory_gb"]["weights"] == pytest.approx(811.7, rel=1e-3)
 
@@ -232,8 +234,10 @@ def test_list_hardware_json(capsys, monkeypatch):
     assert b200.pop("description").startswith("NVIDIA B200")
     assert b200 == {"name": "b200", "hbm_bytes": 192 * 2**30, "hbm_usable_bytes": 180 * 2**30,
                     "hbm_bytes_per_s": 8.0e12, "nvlink_bytes_per_s": 900e9, "nvlink_domain": 8,
-                    "peak_flops_per_s": {"bf16": 2250e12, "fp8": 4500e12, "nvfp4": 9000e12}}
+                    "peak_flops_per_s": {"bf16": 2250e12, "fp8": 4500e12, "nvfp4": 9000e12},
+                    "precisions": {k: ["bf16", "fp8", "nvfp4"] for k in ("weights", "activations", "kv_cache")}}
     assert gpus["h100"]["peak_flops_per_s"] == {"bf16": 989e12, "fp8": 1979e12}  # Hopper: no FP4 tensor cores
+    assert gpus["h100"]["precisions"] == {k: ["bf16", "fp8"] for k in ("weights", "activations", "kv_cache")}
 
 
 def test_version(capsys):

@@ -45,7 +45,7 @@ from co_design.callback._stopping import (
     MedianStoppingRule,
     StoppingRule,
 )
-from co_design.hardware import GPU, get_gpu, load_gpu
+from co_design.hardware import GPU, PRECISION_FIELDS, check_precision, get_gpu, load_gpu, supported_precisions
 
 if TYPE_CHECKING:  # pragma: no cover
     import optuna
@@ -113,9 +113,10 @@ def _resolve_architecture(value: Any) -> Architecture | None:
 
 
 def _default_deployment(gpu: GPU, quant_config: quantization.QuantConfig | None) -> perf.Deployment:
-    """Serve in the training format when the GPU has it (else its best supported one)."""
+    """Serve in the training format when the GPU runs it natively (else its narrowest native one)."""
     wanted = quant_config.format if quant_config is not None else "bf16"
-    precision = next((p for p in (wanted, "fp8", "bf16") if p in gpu.peak_flops_per_s), wanted)
+    native = set(supported_precisions(gpu, "weights")) & set(supported_precisions(gpu, "activations"))
+    precision = next((p for p in (wanted, "fp8", "bf16") if p in native), wanted)
     if precision != wanted:
         rank_zero_warn(
             f"CoDesignCallback: {gpu.name} has no {wanted} tensor-core path; predicting {precision} serving "
@@ -139,13 +140,8 @@ def _resolve_deployment(value: Any, gpu: GPU, quant_config: quantization.QuantCo
         raise TypeError(
             f"deployment must be a co_design.perf.Deployment or a mapping of its fields, got {type(value).__name__}"
         )
-    for field_name in ("weights", "activations"):
-        precision = getattr(deployment, field_name)
-        if precision not in gpu.peak_flops_per_s:
-            raise ValueError(
-                f"deployment.{field_name}={precision!r} is not supported by {gpu.name} "
-                f"(it has {sorted(gpu.peak_flops_per_s)}); choose one of those"
-            )
+    for field_name in PRECISION_FIELDS:  # the table co-design predict and the search use too
+        check_precision(gpu, field_name, getattr(deployment, field_name), label=f"deployment.{field_name}")
     return deployment
 
 

@@ -8,11 +8,20 @@ File format (``co_design/hardware/data/b200.yaml`` is the reference)::
     sms: {value: 148, source: "vendor datasheet"}
     peak_flops_per_s:
       bf16: {value: 2250.0e12, source: "..."}
+    precisions:                  # formats real kernels run natively, per tensor class
+      weights: {value: [bf16, fp8, nvfp4], source: "..."}
+      activations: {value: [bf16, fp8, nvfp4], source: "..."}
+      kv_cache: {value: [bf16, fp8, nvfp4], source: "..."}
     ...
 
 A number may also be written bare (``sms: 148``); it is then recorded with the
 source ``"user file <path>"``. A file whose ``name`` is already in the catalog
 and that has no ``base`` overrides that GPU's numbers (``base`` defaults to it).
+
+``precisions`` (formats with real kernels per tensor class) is the table
+:func:`co_design.hardware.check_precision` reads; a GPU without one (and without
+a ``base`` to inherit it from) runs each class in every format it has a
+``peak_flops_per_s`` rate for.
 
 User GPUs: :func:`load_gpu` reads one file; every ``*.yaml`` / ``*.yml`` in the
 directories of the ``CO_DESIGN_HARDWARE_PATH`` environment variable
@@ -35,6 +44,7 @@ __all__ = ["GPU", "get_gpu", "list_gpus", "load_gpu", "HARDWARE_PATH_ENV"]
 HARDWARE_PATH_ENV = "CO_DESIGN_HARDWARE_PATH"
 _DATA_DIR = Path(__file__).with_name("data")
 PRECISIONS = ("bf16", "fp8", "nvfp4")
+PRECISION_FIELDS = ("weights", "activations", "kv_cache")  # tensor classes a deployment sets a format for
 
 
 @dataclass(frozen=True, eq=True)
@@ -45,6 +55,10 @@ class GPU:
     precision (``"bf16"``, ``"fp8"``, ``"nvfp4"``) to FLOP/s; a missing key means
     the GPU has no tensor-core path at that precision. Efficiency fields are the
     achievable fractions the performance model applies to peaks.
+    ``precisions`` maps each tensor class (``"weights"``, ``"activations"``,
+    ``"kv_cache"``) to the formats the GPU runs natively, i.e. with real serving
+    kernels (not emulated by widening to another format); weight and activation
+    formats need a ``peak_flops_per_s`` rate. Empty: every format with a rate.
     ``gemm_tiles`` lists the output tiles of its GEMM kernels as
     ``(rows, cols, sms_per_tile)``; 2-SM tiles (Blackwell CTA pairs) occupy two SMs.
     ``sources`` maps each field name (``peak_flops_per_s.bf16`` for nested ones)
@@ -62,6 +76,7 @@ class GPU:
     nvlink_domain: int  # GPUs reachable over NVLink
     scaleout_bytes_per_s: float  # per GPU, per direction, beyond the NVLink domain
     tdp_w: float = 0.0
+    precisions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     gemm_efficiency: float = 0.8  # achievable fraction of peak FLOP/s for large GEMMs
     attention_efficiency: float = 0.65  # achievable fraction of peak for fused attention math
     memory_efficiency: float = 0.85  # achievable fraction of HBM bandwidth
@@ -84,6 +99,7 @@ class GPU:
             raise ValueError(f"GPU {self.name!r}: unknown precision(s) {bad} in peak_flops_per_s; use {PRECISIONS}")
         if not self.peak_flops_per_s:
             raise ValueError(f"GPU {self.name!r}: peak_flops_per_s needs at least one of {PRECISIONS}")
+        object.__setattr__(self, "precisions", MappingProxyType(self._checked_precisions()))
         for key in ("sms", "nvlink_domain", "k_tile_bytes"):
             if int(getattr(self, key)) < 1:
                 raise ValueError(f"GPU {self.name!r}: {key} must be >= 1, got {getattr(self, key)}")
@@ -110,6 +126,34 @@ class GPU:
             tuple(sorted(v.items())) if isinstance(v, Mapping) else v
             for k, v in ((f.name, getattr(self, f.name)) for f in dataclasses.fields(self)) if k != "sources")))
 
+    def _checked_precisions(self) -> dict[str, tuple[str, ...]]:
+        """``precisions`` validated and normalized: every tensor class, formats in PRECISIONS order."""
+        given = dict(self.precisions)
+        if not given:  # no table given: every format the tensor cores have a rate for
+            rated = tuple(p for p in PRECISIONS if p in self.peak_flops_per_s)
+            return {f: rated for f in PRECISION_FIELDS}
+        bad = sorted(set(given) - set(PRECISION_FIELDS))
+        missing = [f for f in PRECISION_FIELDS if f not in given]
+        if bad or missing:
+            raise ValueError(f"GPU {self.name!r}: precisions needs exactly the keys {list(PRECISION_FIELDS)}; "
+                             f"unknown {bad}, missing {missing}")
+        out: dict[str, tuple[str, ...]] = {}
+        for f in PRECISION_FIELDS:
+            v = given[f]
+            if isinstance(v, str) or not all(isinstance(p, str) for p in v) or not v:
+                raise ValueError(f"GPU {self.name!r}: precisions.{f} must be a non-empty list of {list(PRECISIONS)}, "
+                                 f"got {v!r}")
+            unknown = sorted(set(v) - set(PRECISIONS))
+            if unknown:
+                raise ValueError(f"GPU {self.name!r}: precisions.{f} has unknown format(s) {unknown}; "
+                                 f"use {list(PRECISIONS)}")
+            unrated = [p for p in v if f != "kv_cache" and p not in self.peak_flops_per_s]
+            if unrated:
+                raise ValueError(f"GPU {self.name!r}: precisions.{f} lists {unrated} but peak_flops_per_s has no rate "
+                                 f"for it; add the rate or drop it from precisions.{f}")
+            out[f] = tuple(p for p in PRECISIONS if p in v)
+        return out
+
     def __hash__(self) -> int:  # Mapping fields are not hashable by default; computed once
         return self._hash  # type: ignore[attr-defined]
 
@@ -129,8 +173,12 @@ class GPU:
     def to_dict(self) -> dict[str, Any]:
         """Every field by name, mappings as plain dicts (``dataclasses.asdict`` cannot deep-copy the
         read-only mapping proxies the spec tables are kept in)."""
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return {k: dict(v) if isinstance(v, Mapping) else (list(v) if isinstance(v, tuple) else v) for k, v in d.items()}
+        def plain(v: Any) -> Any:
+            if isinstance(v, Mapping):
+                return {k: plain(x) for k, x in v.items()}
+            return [plain(x) for x in v] if isinstance(v, tuple) else v
+
+        return {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(GPU)}
@@ -164,6 +212,7 @@ def _merge(raw: Mapping[str, Any], path: Path, base: Mapping[str, Any] | None) -
     kw: dict[str, Any] = {k: v for k, v in (base or {}).items()}
     sources = dict(kw.get("sources", {}))
     peaks = dict(kw.get("peak_flops_per_s", {}))
+    precisions = dict(kw.get("precisions", {}))
     unknown = sorted(set(raw) - set(_FIELDS) - _META)
     if unknown:
         raise ValueError(f"GPU file {str(path)!r}: unknown key(s) {unknown}; known: {sorted(set(_FIELDS) - {'sources'})}")
@@ -181,6 +230,14 @@ def _merge(raw: Mapping[str, Any], path: Path, base: Mapping[str, Any] | None) -
                 peaks[prec] = float(v)
                 sources[f"peak_flops_per_s.{prec}"] = src
             continue
+        if key == "precisions":
+            if not isinstance(entry, Mapping):
+                raise ValueError(f"GPU file {str(path)!r}: precisions must map weights/activations/kv_cache -> formats")
+            for cls, sub in entry.items():
+                v, src = _value(sub, f"precisions.{cls}", path)
+                precisions[cls] = tuple(v) if isinstance(v, (list, tuple)) else v
+                sources[f"precisions.{cls}"] = src
+            continue
         v, src = _value(entry, key, path)
         kw[key] = v
         sources[key] = src
@@ -188,6 +245,7 @@ def _merge(raw: Mapping[str, Any], path: Path, base: Mapping[str, Any] | None) -
     kw["aliases"] = tuple(str(a).lower() for a in raw.get("aliases", ())) if "aliases" in raw else ()
     kw["description"] = str(raw.get("description", kw.get("description", "")))
     kw["peak_flops_per_s"] = peaks
+    kw["precisions"] = precisions
     kw["sources"] = sources
     return kw
 

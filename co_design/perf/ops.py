@@ -15,7 +15,9 @@ Per layer (per GPU, shard shapes after parallelism; see :class:`Shards`):
 * ``attention_prefill``: causal FLOPs ``2·heads·(d_qk + d_v)·pairs`` where pairs =
   Σ_i min(i, window) over prompt positions; FlashAttention IO (Q, K, V, O once).
 * ``attention_decode``: reads each sequence's KV cache (``min(context, window)``
-  tokens), FLOPs ``2·heads·(d_qk + d_v)`` per cached token.
+  tokens), FLOPs ``2·heads·(d_qk + d_v)`` per cached token; MLA absorbed:
+  ``2·heads·(2·kv_lora + rope)`` per cached token over the shared latent (read
+  once per sequence, MQA-like), no ``kv_b_proj`` over the cache.
 * ``o_proj`` GEMM (Helix: TP over all ``tp`` ranks after the all-to-all);
   ``attn_norm``/``ffn_norm``/``rotary``/``activation``/``router``/``moe_permute``
   as memory-bound elementwise ops.
@@ -267,8 +269,7 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
     rt = dep.runtime
     t = _Table(gpu, phase, rt.kernel_efficiency, rt.bandwidth_efficiency or rt.kernel_efficiency, keep)
     w, kvp = dep.weights, dep.kv_cache
-    # activations live in a format the tensor cores take: nvfp4 on Hopper (no FP4 MMA) runs as fp8
-    a = math_precision(dep.activations, dep.activations, gpu)
+    a = dep.activations  # the serving entry points checked it against the GPU's precision table
     ab, kvb = bytes_per_element(a), bytes_per_element(kvp)
     h, tp = arch.hidden, dep.tp
     tokens = decode + prefill_tokens  # through every FFN, per replica
@@ -299,7 +300,14 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
             if prefill_tokens:  # prompt tokens expand the latent: K_nope and V per head
                 t.gemm("kv_b_proj", pf_attn, s.heads * (m.qk_nope_head_dim + m.v_head_dim),
                        m.kv_lora_rank, count, w=w, a=a)
-            if decode:  # absorbed decode: q_nope -> latent, latent -> v per head (bf16 batched GEMMs)
+            # Decode runs MLA absorbed (DeepSeek-V2, arXiv 2405.04434 sec. 2.1.2; FlashMLA, TensorRT-LLM,
+            # SGLang, vLLM): W_UK folds into the query (q_nope . W_UK per head -> latent) and W_UV into
+            # the output (latent -> v per head), so kv_b_proj never runs over the cached latents; the
+            # attention reads only the latent cache. Per decode token and head: 2 * qk_nope * kv_lora
+            # FLOPs (query) and 2 * kv_lora * v_head (output); the per-head W_UK / W_UV are read once
+            # per step as bf16 (runtimes keep them as bf16 copies beside kv_b_proj, which prefill
+            # runs un-absorbed).
+            if decode:
                 t.gemm("mla_q_absorb", dec_attn, m.kv_lora_rank, m.qk_nope_head_dim, count, w="bf16", a="bf16",
                        groups=s.heads)
                 t.gemm("mla_v_up", dec_attn, m.v_head_dim, m.kv_lora_rank, count, w="bf16", a="bf16", groups=s.heads)
@@ -316,9 +324,14 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
             cached /= s.kv_split
             if arch.mla is None:
                 fl = 2.0 * s.heads * (d_qk + d_v) * cached * dec_attn
-            else:  # absorbed: scores over kv_lora+rope, values over kv_lora
+                q_o = s.heads * (d_qk + d_v)  # per sequence: q in, o out (bf16 elements)
+            else:
+                # absorbed (MQA-like over the shared latent): per head and cached token, the score
+                # q_latent . [c_kv, k_rope] over kv_lora + rope and the value sum over kv_lora; the
+                # query enters and the output leaves in latent space (kv_lora + rope in, kv_lora out)
                 fl = 2.0 * s.heads * (s.kv_dim + arch.mla.kv_lora_rank) * cached * dec_attn
-            io = dec_attn * (cached * kv_tok_bytes + s.heads * (d_qk + d_v) * _BF16)
+                q_o = s.heads * (s.kv_dim + arch.mla.kv_lora_rank)
+            io = dec_attn * (cached * kv_tok_bytes + q_o * _BF16)
             t.attention("attention_decode", fl, io, count, "bf16")
             if s.kv_split > 1:  # Helix: combine partial outputs + softmax stats across KV ranks
                 # per sequence and head: the partial output (d_v, bf16) and its softmax max and sum (2 x fp32)

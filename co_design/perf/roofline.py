@@ -12,8 +12,11 @@ Precision rules (per tensor class):
   a tensor core multiplies both operands in one format: W4A16 runs at the bf16
   rate (reading 4-bit weights, dequantized in the kernel), W8A8 at the fp8 rate,
   W4A8 at the fp8 rate (Blackwell's mixed f8f6f4 MMA), W4A4 at the nvfp4 rate.
-  If the GPU lacks that rate (Hopper has no nvfp4 tensor cores) the next wider
-  rate it has is used (W4A4 on H100 → fp8 math with 4-bit weight reads).
+* A format the GPU has no kernel for is refused, never emulated by widening
+  (NVFP4 on Hopper would be FP8 math on 4.5-bit weights, a kernel that does not
+  exist): the serving entry points check each deployment against the GPU's
+  precision table (:func:`co_design.hardware.check_precision`) and
+  :func:`math_precision` raises if the GPU has no rate for the format.
 """
 
 from __future__ import annotations
@@ -53,13 +56,16 @@ def bytes_per_element(precision: str) -> float:
 
 
 def math_precision(weights: str, activations: str, gpu: "GPU") -> str:
-    """Tensor-core rate a GEMM runs at: the wider operand format, widened to one the GPU has."""
+    """Tensor-core format a GEMM runs at: the wider of the two operand formats.
+
+    ValueError if ``gpu`` has no tensor-core rate at it (no silent widening to another format).
+    """
     bytes_per_element(weights), bytes_per_element(activations)  # validate
-    width = max(_WIDTH[weights], _WIDTH[activations])
-    for prec in PRECISIONS[width:]:
-        if prec in gpu.peak_flops_per_s:
-            return prec
-    raise ValueError(f"GPU {gpu.name!r} supports none of {PRECISIONS[width:]} (has {sorted(gpu.peak_flops_per_s)})")
+    prec = PRECISIONS[max(_WIDTH[weights], _WIDTH[activations])]
+    if prec not in gpu.peak_flops_per_s:
+        raise ValueError(f"GPU {gpu.name!r} has no {prec} tensor-core rate (it has {sorted(gpu.peak_flops_per_s)}); "
+                         f"serve weights={weights!r} activations={activations!r} on a GPU with {prec}")
+    return prec
 
 
 def roofline(compute_s: float, memory_s: float, overhead_s: float = 0.0) -> tuple[float, str]:

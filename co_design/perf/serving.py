@@ -11,10 +11,11 @@ With ``pp`` stages the batch splits into ``pp`` micro-batches in flight.
 
 * TPOT = pp × (stage time of one micro-batch's iteration) + host overhead
 * output tokens/s per user = 1 / TPOT; per GPU = replicas · B / TPOT / gpus
-* TTFT = the iterations that carry a new prompt (chunks of at most
-  ``max_num_tokens - decode`` tokens beside the running decode batch; under
-  attention-DP the prompt sits on one attention rank); queueing before
-  admission is not modelled.
+* TTFT = the iterations that carry a new prompt: a prompt of P tokens takes
+  ceil(P / C) iterations, C = ``max_num_tokens`` minus the decode tokens of the
+  *other* requests scheduled beside it (the new request itself is not decoding
+  yet); under attention-DP the prompt sits on one attention rank and C is that
+  rank's budget. Queueing before admission is not modelled.
 
 Pure Python.
 """
@@ -25,7 +26,7 @@ import dataclasses
 import math
 from typing import TYPE_CHECKING, Iterable, Sequence
 
-from co_design.hardware import GPU, get_gpu
+from co_design.hardware import GPU, PRECISION_FIELDS, check_precision, get_gpu
 from co_design.perf.memory import max_batch, memory_breakdown
 from co_design.perf.ops import shards, step_ops, step_time
 from co_design.perf.types import SLO, Deployment, OpCost, Prediction
@@ -44,6 +45,13 @@ def _check_arch(arch: "Architecture") -> None:
     if not isinstance(arch, Architecture):
         raise ValueError(f"arch must be a co_design.arch.Architecture, got {type(arch).__name__} "
                          "(load one with Architecture.load(path))")
+
+
+def _check_formats(gpu: GPU, dep: Deployment) -> None:
+    """ValueError (one line) unless ``gpu`` runs ``dep``'s weight, activation and KV-cache formats
+    natively (:func:`co_design.hardware.check_precision`, the table every entry point shares)."""
+    for name in PRECISION_FIELDS:
+        check_precision(gpu, name, getattr(dep, name))
 
 
 def _scaled(ops: list[OpCost], factor: float) -> list[OpCost]:
@@ -82,7 +90,11 @@ def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica
     ttft = float("nan")
     pf_ops: list[OpCost] = []
     if with_ttft:
-        budget = max(_MIN_CONTEXT_CHUNK, rt.max_num_tokens - math.ceil(mb / s.a_dp))
+        # tokens per iteration left for the prompt (C): the budget minus one decode token for each *other*
+        # request on the prompt's scheduler -- ceil(mb / a_dp) requests there, the new one among them and
+        # not yet decoding. A prompt of P tokens then takes ceil(P / C) iterations (P = C: 1, P = C + 1: 2).
+        others = max(0, math.ceil(mb / s.a_dp - 1e-9) - 1)
+        budget = max(_MIN_CONTEXT_CHUNK, rt.max_num_tokens - others)
         n_pf = math.ceil(dep.isl / budget)
         chunk = dep.isl / n_pf
         pkw = dict(decode=max(0.0, mb - 1), context=dep.isl + dep.osl / 2, prefill_tokens=chunk, prefill_len=dep.isl)
@@ -132,6 +144,7 @@ def predict(arch: "Architecture", gpu: "GPU | str", deployment: Deployment) -> P
         raise ValueError("predict needs Deployment.concurrency (requests in flight); "
                          "use max_throughput(...) to let the model choose it")
     shards(arch, deployment)  # validate
+    _check_formats(gpu, deployment)
     c, r = deployment.concurrency, deployment.replicas
     b = math.ceil(c / r)  # the busiest replica: it sets TPOT, TTFT and the op table
     p = _evaluate(arch, gpu, deployment, b, with_ops=True)
@@ -170,6 +183,7 @@ def max_throughput(arch: "Architecture", gpu: "GPU | str", deployment: Deploymen
     gpu = get_gpu(gpu)
     dep = deployment
     shards(arch, dep)
+    _check_formats(gpu, dep)
     b_max = max_batch(arch, gpu, dep)
     if b_max < 1:
         return _evaluate(arch, gpu, dep, 1, with_ops=True)
@@ -257,6 +271,7 @@ def pareto(arch: "Architecture", gpu: "GPU | str", deployment: Deployment, *, sl
     _check_arch(arch)
     gpu = get_gpu(gpu)
     if deployments is None:
+        _check_formats(gpu, deployment)
         fixed = {f.name: getattr(deployment, f.name) for f in dataclasses.fields(Deployment)
                  if f.name in ("weights", "activations", "kv_cache", "isl", "osl", "runtime")}
         deployments = parallelisms(arch, deployment.gpus, pp=sorted({1, deployment.pp}), **fixed)
@@ -264,6 +279,7 @@ def pareto(arch: "Architecture", gpu: "GPU | str", deployment: Deployment, *, sl
     points: list[Prediction] = []
     for dep in deployments:
         shards(arch, dep)
+        _check_formats(gpu, dep)
         b_max = max_batch(arch, gpu, dep)
         if b_max < 1:
             continue

@@ -1,6 +1,5 @@
 """The roofline function, precisions, tile/wave quantization and a one-layer table done on paper."""
 
-import math
 
 import pytest
 
@@ -30,7 +29,8 @@ def test_math_precision_rule():
     assert math_precision("nvfp4", "bf16", b200) == "bf16"  # W4A16 at bf16 rate
     assert math_precision("nvfp4", "nvfp4", b200) == "nvfp4"  # W4A4 at fp4 rate
     assert math_precision("nvfp4", "fp8", b200) == "fp8"  # W4A8 at fp8 rate
-    assert math_precision("nvfp4", "nvfp4", h100) == "fp8"  # no fp4 tensor cores on Hopper
+    with pytest.raises(ValueError, match="GPU 'h100' has no nvfp4 tensor-core rate"):  # refused, never run as fp8
+        math_precision("nvfp4", "nvfp4", h100)
 
 
 def test_tile_wave_counts():
@@ -145,15 +145,61 @@ def test_experts_touched_per_ep_rank_on_paper():
     assert up.bytes == pytest.approx(6 * (1024 * 1024 * 2 + 2 * 1024 * 2 + 2 * 1024 * 2))
 
 
-def test_nvfp4_activations_on_hopper_move_as_fp8():
-    # H100 has no FP4 tensor cores: W4A4 runs fp8 math, so the GEMM inputs are fp8 (1 B), not 0.5625 B
+def test_nvfp4_on_hopper_is_refused_not_emulated():
+    # H100 has no FP4 tensor cores: the op table refuses W4A4 instead of running it as fp8 math
+    # on 4.5-bit weights (a kernel that does not exist); B200 runs it at 0.5625 B per element
     arch = Architecture(hidden=1024, layers=1, heads=8, ffn=4096, vocab=1024)
     dep = Deployment(weights="nvfp4", activations="nvfp4", runtime=IDEAL)
-    ops = {o.name: o for o in step_ops(arch, get_gpu("h100"), dep, decode=0, context=0, prefill_tokens=64,
-                                       prefill_len=64, phase="prefill")}
-    qkv = ops["qkv_proj"]
-    assert qkv.precision == "fp8"
-    assert qkv.bytes == pytest.approx(3072 * 1024 * 0.5625 + 64 * 1024 * 1.0 + 64 * 3072 * 2.0)
-    b200 = {o.name: o for o in step_ops(arch, get_gpu("b200"), dep, decode=0, context=0, prefill_tokens=64,
-                                        prefill_len=64, phase="prefill")}
+    kw = dict(decode=0, context=0, prefill_tokens=64, prefill_len=64, phase="prefill")
+    with pytest.raises(ValueError, match="h100"):
+        step_ops(arch, get_gpu("h100"), dep, **kw)
+    b200 = {o.name: o for o in step_ops(arch, get_gpu("b200"), dep, **kw)}
+    assert b200["qkv_proj"].precision == "nvfp4"
+    # weights 3072 x 1024, inputs 64 x 1024 at 0.5625 B; outputs 64 x 3072 bf16
     assert b200["qkv_proj"].bytes == pytest.approx(3072 * 1024 * 0.5625 + 64 * 1024 * 0.5625 + 64 * 3072 * 2.0)
+
+
+def test_mla_decode_is_absorbed_only_the_latent_cache_read_grows_with_context():
+    # DeepSeek-V2 (arXiv 2405.04434, sec. 2.1.2) weight absorption, as FlashMLA / TensorRT-LLM / SGLang run
+    # decode: W_UK folds into the query, W_UV into the output; kv_b_proj never runs over the cached latents
+    from co_design.arch import MLA
+
+    L, H, R, ROPE, NOPE, V = 2, 16, 512, 64, 128, 128  # layers, heads, kv_lora, rope, nope, v_head
+    arch = Architecture(hidden=2048, layers=L, heads=H, ffn=4096, vocab=32000,
+                        mla=MLA(kv_lora_rank=R, qk_nope_head_dim=NOPE, qk_rope_head_dim=ROPE, v_head_dim=V))
+    dep = Deployment(weights="fp8", activations="fp8", kv_cache="fp8", runtime=IDEAL)
+    B = 8  # decoding sequences
+
+    def table(context):
+        return {o.name: o for o in step_ops(arch, get_gpu("b200"), dep, decode=B, context=context,
+                                            prefill_tokens=0, prefill_len=1)}
+
+    short, long = table(1024), table(8192)
+    assert "kv_b_proj" not in short and "kv_b_proj" not in long
+    # everything but the attention over the cache is the same at 1k and 8k cached tokens
+    assert set(short) == set(long)
+    for name in set(short) - {"attention_decode"}:
+        assert (short[name].time_s, short[name].flops, short[name].bytes) == (
+            long[name].time_s, long[name].flops, long[name].bytes), name
+    for ctx, att in ((1024, short["attention_decode"]), (8192, long["attention_decode"])):
+        # per layer and sequence: the latent cache, ctx x (kv_lora + rope) x 1 B (fp8), read once for all
+        # heads (MQA-like); the query in latent space (kv_lora + rope per head) and the output (kv_lora
+        # per head) in bf16
+        assert att.bytes == pytest.approx(L * B * (ctx * (R + ROPE) * 1 + H * ((R + ROPE) + R) * 2))
+        # scores over kv_lora + rope, weighted sum over kv_lora: 2 FLOPs per multiply-add, per head and token
+        assert att.flops == pytest.approx(L * B * ctx * H * 2 * ((R + ROPE) + R))
+    grow = long["attention_decode"].bytes - short["attention_decode"].bytes
+    assert grow == pytest.approx(L * B * (8192 - 1024) * (R + ROPE))  # only the extra latent tokens
+    # the absorbed projections are still paid per decode token: q_nope . W_UK (NOPE -> R) and
+    # latent . W_UV (R -> V) per head, bf16 per-head weights read once per step
+    qa, vu = short["mla_q_absorb"], short["mla_v_up"]
+    assert (qa.shape, qa.groups, vu.shape, vu.groups) == ((B, R, NOPE), H, (B, V, R), H)
+    assert qa.flops == L * H * 2 * B * NOPE * R and vu.flops == L * H * 2 * B * R * V
+    # weights, inputs and outputs once (bf16), plus fp32 partials (8 B per output per split) if K is split
+    for op, n, k in ((qa, R, NOPE), (vu, V, R)):
+        base = L * H * (k * n * 2 + B * k * 2 + B * n * 2)
+        assert (op.bytes - base) / (L * H * B * n * 8.0) in (0, 2, 4, 8, 16), op.name
+    # prefill may run un-absorbed: kv_b_proj expands the prompt's own latents (P tokens), not a cache
+    pf = {o.name: o for o in step_ops(arch, get_gpu("b200"), dep, decode=0, context=0, prefill_tokens=256,
+                                      prefill_len=256, phase="prefill")}
+    assert pf["kv_b_proj"].shape == (256, H * (NOPE + V), R) and "mla_q_absorb" not in pf

@@ -38,7 +38,7 @@ def test_prediction_fields_and_units():
 
 
 def test_throughput_grows_with_batch_and_interactivity_falls():
-    d = Deployment(isl=512, osl=512)
+    d = Deployment(isl=512, osl=512, weights="fp8", activations="fp8")  # Hopper: no nvfp4
     p1, p64 = (predict(SMALL, "h200", d.replace(concurrency=c)) for c in (1, 64))
     assert p64.output_tokens_per_s_per_gpu > 10 * p1.output_tokens_per_s_per_gpu
     assert p64.output_tokens_per_s_per_user < p1.output_tokens_per_s_per_user
@@ -353,3 +353,39 @@ def test_concurrency_beyond_runtime_max_batch_is_flagged():
     d = Deployment(isl=64, osl=64, concurrency=40, runtime=Runtime(max_batch=32))
     assert any("max_batch=32" in n for n in predict(SMALL, "b200", d).notes)
     assert not any("max_batch" in n for n in predict(SMALL, "b200", d.replace(concurrency=32)).notes)
+
+
+# ------------------------------------------------------------------ TTFT: chunked prefill iterations
+@pytest.mark.parametrize("tp, attention_dp, concurrency, prompt, iterations", [
+    # C = max_num_tokens (1024) minus one decode token per *other* request on the prompt's scheduler;
+    # a prompt of P tokens takes ceil(P / C) iterations, worked out here by hand:
+    (1, False, 1, 1023, 1),  # alone, C = 1024: P < C
+    (1, False, 1, 1024, 1),  # P = C: one iteration (the new request is not yet decoding)
+    (1, False, 1, 1025, 2),  # P = C + 1
+    (1, False, 1, 2048, 2),  # P = 2C
+    (1, False, 1, 2049, 3),  # P = 2C + 1
+    (1, False, 5, 1020, 1),  # 4 others decode beside it: C = 1020, P = C
+    (1, False, 5, 1021, 2),  # P = C + 1
+    (2, True, 5, 1022, 1),  # attention-DP over 2 ranks: ceil(5/2) = 3 on the prompt's rank, 2 others: C = 1022
+    (2, True, 5, 1023, 2),  # P = C + 1
+])
+def test_ttft_takes_ceil_prompt_over_budget_iterations(tp, attention_dp, concurrency, prompt, iterations):
+    from co_design.perf.ops import step_time
+
+    on_rank = math.ceil(concurrency / tp) if attention_dp else concurrency  # requests on the prompt's scheduler
+    assert iterations == math.ceil(prompt / (1024 - (on_rank - 1)))  # the table above, by the rule
+    rt = Runtime(max_num_tokens=1024)
+    d = Deployment(tp=tp, attention_dp=attention_dp, isl=prompt, osl=64, concurrency=concurrency, runtime=rt)
+    p = predict(SMALL, "b200", d)
+    prefill = {o.name: o for o in p.ops if o.phase == "prefill"}
+    assert prefill["lm_head"].count == iterations  # one per prefill iteration
+    # each iteration carries an equal chunk of the prompt beside the other requests' decode tokens
+    # (whole replica; under attention-DP the chunk sits on one rank, the decode tokens spread over tp)
+    others = concurrency - 1
+    chunk_rows = prompt / iterations + others / (tp if attention_dp else 1)
+    assert prefill["qkv_proj"].shape[0] == math.ceil(chunk_rows)
+    # TTFT = iterations x (one such iteration + the host's per-iteration and per-request time)
+    step = sum(step_time(SMALL, get_gpu("b200"), d, decode=others, context=prompt + 32,
+                         prefill_tokens=prompt / iterations, prefill_len=prompt, prompt_on_one_rank=True).values())
+    host = rt.iteration_overhead_s + rt.request_overhead_s * concurrency / (tp if attention_dp else 1)
+    assert p.ttft_s == pytest.approx(iterations * (step + host))
