@@ -81,8 +81,8 @@ CANDIDATES: list[tuple[str, str, dict[str, Any]]] = [
 PROXY_STEPS, TRUTH_STEPS = 150, 1200
 TRUTH_VAL_BATCHES = 32
 SEEDS = (0, 1, 2)
-RUNG_STEPS = (50, 150, 450)
-TRUTH_SEED_CANDIDATES = ("D5",)  # retrained with seeds 1 and 2: how well the ground truth itself is resolved  # successive halving with eta 3: the same compute as 150 steps for all
+RUNG_STEPS = (50, 150, 450)  # successive halving with eta 3: the same compute as 150 steps for all
+TRUTH_SEED_CANDIDATES = ("D5",)  # retrained with seeds 1 and 2: how well the ground truth itself is resolved
 
 
 def full_arch(shape: dict[str, Any]) -> Architecture:
