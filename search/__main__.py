@@ -18,9 +18,11 @@ from omegaconf import DictConfig
 from search.app import main_entry
 from search.config import register_configs
 from search.paths import register_resolvers, unknown_group_option
+from search.redact import redact_log_records
 
 register_configs()
 register_resolvers()
+redact_log_records()  # no password of a storage URL in any log line, Hydra's included
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")

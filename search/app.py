@@ -8,7 +8,8 @@ run dir is ``outputs/<study_name>``), so the same command opens the same study.
 ``n_trials`` is the number of finished trials (COMPLETE + PRUNED + FAIL, trials
 interrupted by Ctrl-C or a killed process excepted) the study should hold; a second
 run only runs the remainder. Every finished trial is in the storage the moment it
-ends, so a crash or Ctrl-C loses only the trial in flight.
+ends, so a crash or Ctrl-C loses only the trial in flight (a journal record a crash cut short
+is removed at the next start: :mod:`search.storage`).
 """
 
 from __future__ import annotations
@@ -40,12 +41,14 @@ from search.config import (
 from search.exact import ENUMERATION_ATTR, enumerate_into
 from search.objective import DUPLICATE_ATTR, EXHAUSTED_ATTR, FAIL_REASON_ATTR, INTERRUPTED, Objective
 from search.plots import write_plots
+from search.redact import hydra_files, redact, redact_files
 from search.results import parallel_coordinates_html, print_pareto_table, trial_row, write_results
 from search.scoring import definitions
 from search.space import grid_size, parallelism_coverage
+from search.storage import make_storage
 from search.tracking import make_tracker
 
-__all__ = ["run", "RunResult", "make_storage", "make_sampler", "open_study", "finished_count", "main_entry"]
+__all__ = ["run", "RunResult", "make_sampler", "open_study", "finished_count", "main_entry"]
 
 log = logging.getLogger("search")
 SETTINGS_ATTR = "settings"  # study user attribute: config.study_settings of the run that created it
@@ -65,49 +68,6 @@ class RunResult:
 
 
 # --------------------------------------------------------------------------- study plumbing
-def make_storage(url: str | None, run_dir: Path) -> tuple[Any, str]:
-    """An Optuna storage and its display URL.
-
-    None -> journal file ``<run_dir>/study.journal``; ``journal:///path`` or a path ending
-    in ``.journal``/``.log`` -> that journal file; anything else is a database URL
-    (``sqlite:///x.db``, ``postgresql+psycopg://user@host/db``, ``mysql+pymysql://...``)
-    opened with ``RDBStorage`` and a heartbeat, so trials of a killed worker are failed.
-    """
-    from optuna.storages import JournalStorage, RDBStorage
-    from optuna.storages.journal import JournalFileBackend
-
-    path: str | None = None
-    if url is None:
-        path = str(run_dir / "study.journal")
-    elif url.startswith("journal://"):
-        path = url[len("journal://") :]
-    elif url.endswith((".journal", ".log")) and "://" not in url:
-        path = url
-    if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        return JournalStorage(JournalFileBackend(path)), f"journal://{os.path.abspath(path)}"
-    try:  # shown in logs and summary.json: no password
-        from sqlalchemy.engine import make_url
-
-        shown = make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        shown = url
-    try:
-        with warnings.catch_warnings():  # heartbeat_interval is marked experimental in optuna 5.0
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            storage = RDBStorage(url, engine_kwargs={"pool_pre_ping": True}, heartbeat_interval=60, grace_period=180)
-    except Exception as exc:  # unknown dialect, missing driver, unreachable server, bad credentials
-        text = " ".join(str(exc).split())[:300]
-        raise ConfigError(
-            [
-                f"storage={shown!r} cannot be opened ({type(exc).__name__}: {text}); give a reachable Optuna storage "
-                "URL (sqlite:///study.db, postgresql+psycopg://user@host/db, mysql+pymysql://user@host/db, "
-                "journal:///path/study.journal) or storage=null for the journal file in the run dir"
-            ]
-        ) from None
-    return storage, shown
-
-
 def make_sampler(cfg: SearchConfig, *, resumed_trials: int = 0) -> optuna.samplers.BaseSampler:
     """The sampler named by ``cfg.sampler.name`` (validated), seeded.
 
@@ -381,7 +341,7 @@ def run(
     _check_precisions(cfg, gpu)
     _check_proxy_device(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
-    storage, storage_url = make_storage(cfg.storage, run_dir)
+    storage, storage_url = make_storage(cfg.storage, run_dir, say=_say)
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # this job prints its own line per trial
     study = open_study(cfg, storage)
     orphans = fail_orphaned_trials(study)
@@ -631,18 +591,44 @@ def _trial_line(trial: FrozenTrial, row: dict[str, Any] | None, names: list[str]
 
 
 def main_entry(cfg: Any) -> int:
-    """Hydra entry: run in Hydra's run dir; configuration errors -> message and exit status 2."""
+    """Hydra entry: run in Hydra's run dir; exit status 2 for configuration errors, 1 for any other.
+
+    Secrets stay out of what Hydra wrote and printed: its ``.hydra/*.yaml`` are rewritten
+    redacted before anything else, and an error is reported here (redacted, one line;
+    the traceback in ``<run dir>/errors.log``) instead of by Hydra, whose report starts
+    with every command-line override, a storage password included.
+    """
     from hydra.core.hydra_config import HydraConfig
 
     try:
-        run_dir = HydraConfig.get().runtime.output_dir
+        hydra_cfg = HydraConfig.get()
     except ValueError:
-        run_dir = None
+        hydra_cfg = None
+    run_dir = hydra_cfg.runtime.output_dir if hydra_cfg is not None else None
+    if hydra_cfg is not None:
+        redact_files(hydra_files(hydra_cfg))
     try:
         run(cfg, run_dir=run_dir)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {redact(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        print(f"error: {_job_failure(exc, Path(run_dir or '.') / 'errors.log')}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _job_failure(exc: Exception, path: Path) -> str:
+    """The one-line report of an unexpected error; its traceback goes to ``path`` (both redacted)."""
+    import traceback
+
+    text = redact(" ".join(str(exc).split())[:300])
+    trace = redact("".join(traceback.format_exception(exc)))
+    try:
+        with open(path, "a") as f:
+            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} the job failed:\n{trace}\n")
+    except OSError:
+        return f"{type(exc).__name__}: {text}\n{trace}"
+    return f"{type(exc).__name__}: {text} (traceback in {path})"

@@ -15,6 +15,9 @@ Mode: ``tracking.mode=auto`` is ``online`` when an API key is present
 (``WANDB_API_KEY`` or an ``api.wandb.ai`` entry in ``~/.netrc``) and ``offline``
 otherwise (``wandb sync <run dir>/wandb/offline-run-*`` uploads later); an explicit
 ``WANDB_MODE`` in the environment wins over ``auto``. ``tracking=off`` disables W&B.
+
+Secrets: run configs and the command line W&B records as metadata (``args``) pass
+through :func:`search.redact.redact` (a storage URL's password).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from search.objective import INFEASIBLE_ATTR, PERF_ATTR
+from search.redact import redact, redacted_argv
 from search.results import PARETO_COLUMNS
 
 __all__ = ["NullTracker", "WandbTracker", "make_tracker", "resolve_wandb_mode"]
@@ -88,20 +92,22 @@ class WandbTracker:
         logging.getLogger("wandb").setLevel(logging.WARNING)
 
     def _init(self, *, name: str, job_type: str, config: dict[str, Any]) -> Any:
+        """A new W&B run; its config and the command line W&B records in its metadata are redacted."""
         t = self.cfg.tracking
-        return self.wandb.init(
-            project=t.project,
-            entity=t.entity,
-            group=self.study_name,
-            job_type=job_type,
-            name=name,
-            config=config,
-            tags=list(t.tags) or None,
-            dir=self.dir,
-            mode=self.mode,
-            reinit="create_new",
-            settings=self.wandb.Settings(console="off", silent=True),
-        )
+        with redacted_argv():
+            return self.wandb.init(
+                project=t.project,
+                entity=t.entity,
+                group=self.study_name,
+                job_type=job_type,
+                name=name,
+                config=redact(config),
+                tags=list(t.tags) or None,
+                dir=self.dir,
+                mode=self.mode,
+                reinit="create_new",
+                settings=self.wandb.Settings(console="off", silent=True),
+            )
 
     def _trial_config(self, trial: Any) -> dict[str, Any]:
         attrs = dict(trial.user_attrs)

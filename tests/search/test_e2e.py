@@ -149,7 +149,7 @@ def test_orphaned_running_trial_of_a_dead_worker_is_failed_and_not_counted(tmp_p
     run_dir = tmp_path / "run"
     cfg = _cfg("n_trials=1", "study_name=orphan", "tracking=off", "plots=false", "objectives=perf_only", "strategy=sample")
     run(cfg, run_dir=run_dir)
-    from search.app import make_storage
+    from search.storage import make_storage
 
     storage, _ = make_storage(None, run_dir)
     study = optuna.load_study(study_name="orphan", storage=storage)
