@@ -38,6 +38,7 @@ processes can share the work: ``--shard 0/2`` and ``--shard 1/2`` in two shells,
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import math
@@ -82,6 +83,7 @@ PROXY_STEPS, TRUTH_STEPS = 150, 1200
 TRUTH_VAL_BATCHES = 32
 SEEDS = (0, 1, 2)
 RUNG_STEPS = (50, 150, 450)  # successive halving with eta 3: the same compute as 150 steps for all
+WIDER = (0.5, 1.0)  # proxy widths beyond proxy=tiny's 0.25, 150 steps, dense candidates
 TRUTH_SEED_CANDIDATES = ("D5",)  # retrained with seeds 1 and 2: how well the ground truth itself is resolved
 
 
@@ -135,6 +137,10 @@ def jobs() -> list[dict[str, Any]]:
     order = {"dense_iso": 0, "moe_iso": 1, "dense_mixed": 2}  # the iso-parameter sets first
     for label, _, _ in sorted(CANDIDATES, key=lambda c: order[c[1]]):
         out.append(dict(kind="truth", cand=label, seed=0, quant="nvfp4", param="recipe"))
+    for label, group, _ in CANDIDATES:  # wider proxies at the same budget: is it the width or the length?
+        if group != "moe_iso":
+            for width in WIDER:
+                out.append(dict(kind="proxy_wide", cand=label, seed=0, quant="nvfp4", param="recipe", width=width))
     for label in TRUTH_SEED_CANDIDATES:  # the ground truth's own seed noise
         for seed in SEEDS[1:]:
             out.append(dict(kind="truth_seed", cand=label, seed=seed, quant="nvfp4", param="recipe"))
@@ -143,6 +149,8 @@ def jobs() -> list[dict[str, Any]]:
 
 def key(job: dict[str, Any]) -> str:
     base = "|".join(str(job[k]) for k in ("kind", "cand", "seed", "quant", "param"))
+    if job.get("width"):
+        base = f"{base}|w{job['width']}"
     return f"{base}|{job['steps']}" if job.get("steps") else base
 
 
@@ -165,7 +173,9 @@ def run_job(job: dict[str, Any], threads: int) -> dict[str, Any]:
     reduction, mup, lr = proxy_settings()
     shape = dict(next(s for lab, _, s in CANDIDATES if lab == job["cand"]))
     arch = full_arch(shape)
-    if job["kind"] == "proxy":  # "truth" and "truth_seed": the full-size candidate
+    if job["kind"].startswith("proxy"):  # "truth" and "truth_seed": the full-size candidate
+        if job.get("width"):
+            reduction = dataclasses.replace(reduction, width=job["width"])
         arch = reduce_architecture(arch, reduction, 256)
         steps, val_batches = job.get("steps") or PROXY_STEPS, 4
     else:
@@ -220,6 +230,36 @@ def pairs_right(proxy: list[float], truth: list[float], *, closer_than: float | 
         total += 1
         right += (proxy[i] - proxy[j]) * (truth[i] - truth[j]) > 0
     return right, total
+
+
+def width_length_section(cache: dict[str, dict[str, Any]]) -> list[str]:
+    """Spearman against the ground truth of single-seed proxies by width (x0.25, x0.5, x1 of the
+    candidate) and length (50, 150, 450 steps), and of the 150-step proxy averaged over its 6 runs
+    (3 seeds x NVFP4/BF16): which of the two limits the ranking."""
+    def val(k: str) -> float | None:
+        return cache[k]["loss"] if k in cache else None
+
+    variants = {
+        "x0.25, 50 steps": lambda lab: val(f"proxy|{lab}|0|nvfp4|recipe|50"),
+        "x0.25, 150 steps (the default proxy)": lambda lab: val(f"proxy|{lab}|0|nvfp4|recipe"),
+        "x0.25, 450 steps": lambda lab: val(f"proxy|{lab}|0|nvfp4|recipe|450"),
+        "x0.25, 150 steps, mean of 6 runs": lambda lab: (statistics.fmean(v) if None not in (v := [
+            val(f"proxy|{lab}|{s}|{q}|recipe") for s in SEEDS for q in ("nvfp4", "bf16")]) else None),
+        **{f"x{w:g}, 150 steps": (lambda lab, w=w: val(f"proxy_wide|{lab}|0|nvfp4|recipe|w{w}")) for w in WIDER},
+    }
+    lines = ["", "### What limits the ranking: proxy width against training length (seed 0 unless averaged)", "",
+             "| proxy | dense_iso Spearman | dense_mixed Spearman | moe_iso Spearman |", "|---|---|---|---|"]
+    sets = {"dense_iso": ["dense_iso"], "dense_mixed": ["dense_iso", "dense_mixed"], "moe_iso": ["moe_iso"]}
+    for vname, fn in variants.items():
+        cells = []
+        for members in sets.values():
+            labels = [lab for lab, g, _ in CANDIDATES if g in members]
+            truth = [val(f"truth|{lab}|0|nvfp4|recipe") for lab in labels]
+            proxy = [fn(lab) for lab in labels]
+            ok = None not in truth and None not in proxy
+            cells.append(f"{spearman(proxy, truth):+.3f}" if ok else "-")
+        lines.append(f"| {vname} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def perf_points() -> dict[str, dict[str, float]]:
@@ -450,6 +490,7 @@ def report() -> str:
             noise.append(f"{label}: " + ", ".join(f"{v:.4f}" for v in vals) + f" (sd {statistics.stdev(vals):.4f})")
     if noise:
         lines += ["", "Ground truth's own seed noise (seeds 0, 1, 2 of the full-size run): " + "; ".join(noise) + "."]
+    lines += width_length_section(cache)
     lines += halving_section(get)
     lines += extrapolation_section(get)
     if gaps:
@@ -468,7 +509,7 @@ def main() -> None:
     ap.add_argument("--shard", default="0/1", help="i/n: run every n-th job starting at i (cached ones skipped)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--report", action="store_true", help="only write the report from the cached runs")
-    ap.add_argument("--kind", choices=("proxy", "truth", "truth_seed"), default=None, help="only this kind of run")
+    ap.add_argument("--kind", choices=("proxy", "proxy_wide", "truth", "truth_seed"), default=None, help="only this kind of run")
     args = ap.parse_args()
     if not args.report:
         check_membership()
