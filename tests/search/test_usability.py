@@ -227,3 +227,15 @@ def test_space_corners_are_the_smallest_and_largest_candidates():
     assert (small.arch.hidden, small.arch.layers, small.arch.experts) == (128, 2, 4)
     assert (large.arch.hidden, large.arch.layers, large.arch.experts) == (384, 6, 8)
     assert small.arch.param_counts().total < large.arch.param_counts().total
+
+
+def test_a_precision_search_with_the_loss_objective_says_the_penalty_is_within_noise():
+    from search.app import _check_precision_search
+
+    said: list[str] = []
+    _check_precision_search(to_search_config(compose_config("experiment=dense_1b_b200_fp8_vs_nvfp4", "tracking=off")),
+                            said.append)
+    assert len(said) == 1 and "does not resolve the quantization penalty" in said[0] and "['fp8', 'nvfp4']" in said[0]
+    said.clear()
+    _check_precision_search(to_search_config(compose_config("tracking=off")), said.append)
+    assert not said
