@@ -31,7 +31,7 @@ appended as it finishes), so an interrupted benchmark resumes where it stopped a
 processes can share the work: ``--shard 0/2`` and ``--shard 1/2`` in two shells, then
 ``--report``.
 
-    python benchmarks/proxy_fidelity.py            # everything, then the report (~75 min on 1 core)
+    python benchmarks/proxy_fidelity.py            # everything, then the report (about 3.5 core-hours)
     python benchmarks/proxy_fidelity.py --shard 0/2 ; ... --shard 1/2 ; ... --report
 """
 
