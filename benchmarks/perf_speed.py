@@ -10,7 +10,6 @@ Usage: python benchmarks/perf_speed.py
 from __future__ import annotations
 
 import platform
-import statistics
 import subprocess
 import sys
 import time
