@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 import torch
 
@@ -144,7 +146,8 @@ def test_bad_format_and_dtype_errors() -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("shape", [(16,), (8, 64), (2, 3, 32), (2, 1, 2, 48)])
 def test_matches_reference_bit_for_bit(shape: tuple[int, ...], dtype: torch.dtype) -> None:
-    gen = torch.Generator().manual_seed(hash((shape, str(dtype))) % 2**31)
+    # a seed fixed by the case (hash() of a tuple of strings changes with PYTHONHASHSEED on every run)
+    gen = torch.Generator().manual_seed(zlib.crc32(repr((shape, str(dtype))).encode()))
     # magnitudes spread over 4 decades along the last dim: many block scales, some subnormal
     x = torch.randn(shape, generator=gen) * torch.logspace(-4, 0, shape[-1])
     x = (x * 100).to(dtype)

@@ -33,12 +33,22 @@ def test_default_config_composes_and_validates():
     "group",
     ["hardware", "deployment", "space", "objectives", "sampler", "tracking", "proxy"],
 )
-def test_every_group_option_composes_and_validates(group):
-    skip = {"hardware": {"custom"}, "proxy": {"tokens", "datamodule"}}.get(group, set())
-    extra = {"space": {"moe": ["deployment=gb200_nvl72_dep"]}, "deployment": {"gb200_nvl72_dep": ["space=moe"]}}
-    for option in _options(group):
-        if option in skip:
-            continue
+def test_every_group_option_composes_and_validates(group, tmp_path):
+    # options that need a value of the user's: given one here, so every option is composed and validated
+    tokens = tmp_path / "train.bin"
+    tokens.write_bytes(bytes(range(256)) * 8)
+    gpu = tmp_path / "gpu.yaml"
+    gpu.write_text("base: b200\nname: my-b200\n")
+    extra = {
+        "space": {"moe": ["deployment=gb200_nvl72_dep"]},
+        "deployment": {"gb200_nvl72_dep": ["space=moe"]},
+        "hardware": {"custom": [f"hardware.file={gpu}"]},
+        "proxy": {"tokens": [f"proxy.data.path={tokens}"],
+                  "datamodule": ["+proxy.data.datamodule._target_=search.data.ArrayDataModule"]},
+    }
+    options = _options(group)
+    assert options
+    for option in options:
         cfg = compose_cfg(f"{group}={option}", *extra.get(group, {}).get(option, []))
         validate(to_search_config(cfg))
 
