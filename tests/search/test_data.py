@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import sysconfig
 
 import numpy as np
@@ -18,8 +21,12 @@ def test_stdlib_corpus_split_is_deterministic_and_cached(tmp_path):
     mtime = train.stat().st_mtime_ns
     train2, val2 = build_stdlib_corpus(tmp_path, val_fraction=0.05)
     assert (train2, val2) == (train, val) and train.stat().st_mtime_ns == mtime  # cached, not rebuilt
-    # the split depends only on the relative path's hash
-    assert _is_val("json/decoder.py", 0.05) == _is_val("json/decoder.py", 0.05)
+    # the split depends only on the relative path: another process with another hash seed splits alike
+    paths = [f"pkg/m{i}.py" for i in range(200)]
+    code = f"from search.data import _is_val; print([_is_val(p, 0.05) for p in {paths!r}])"
+    other = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": "12345"},
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert other == str([_is_val(p, 0.05) for p in paths]) and "True" in other
     frac = np.mean([_is_val(f"pkg/m{i}.py", 0.05) for i in range(4000)])
     assert 0.03 < frac < 0.07
     # a validation file's bytes are in val.bin, not in train.bin
