@@ -193,33 +193,18 @@ def append(row: dict[str, Any]) -> None:
 
 # -- statistics --------------------------------------------------------------------------------
 
-def ranks(xs: list[float]) -> list[float]:
-    order = sorted(range(len(xs)), key=lambda i: xs[i])
-    r = [0.0] * len(xs)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
-            j += 1
-        for t in range(i, j + 1):
-            r[order[t]] = (i + j) / 2
-        i = j + 1
-    return r
-
-
 def spearman(a: list[float], b: list[float]) -> float:
-    ra, rb = ranks(a), ranks(b)
-    ma, mb = statistics.fmean(ra), statistics.fmean(rb)
-    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
-    return cov / math.sqrt(sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb))
+    """Spearman rank correlation (scipy; average ranks for ties)."""
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(a, b).statistic)
 
 
 def kendall(a: list[float], b: list[float]) -> float:
-    s = n = 0
-    for i, j in itertools.combinations(range(len(a)), 2):
-        s += (1 if (a[i] - a[j]) * (b[i] - b[j]) > 0 else -1 if (a[i] - a[j]) * (b[i] - b[j]) < 0 else 0)
-        n += 1
-    return s / n
+    """Kendall's tau-b (scipy)."""
+    from scipy.stats import kendalltau
+
+    return float(kendalltau(a, b).statistic)
 
 
 def pairs_right(proxy: list[float], truth: list[float], *, closer_than: float | None = None) -> tuple[int, int]:
@@ -315,7 +300,7 @@ def halving_section(get: Any) -> list[str]:
     for name, members in sets.items():
         labels = [lab for lab, g, _ in CANDIDATES if g in members]
         truth = {lab: get(lab, "truth") for lab in labels}
-        rung = {st: {lab: get(lab, "proxy") if st == PROXY_STEPS else _get_steps(lab, st) for lab in labels}
+        rung = {st: {lab: get(lab, "proxy", steps=None if st == PROXY_STEPS else st) for lab in labels}
                 for st in RUNG_STEPS}
         if any(v is None for v in truth.values()) or any(v is None for r in rung.values() for v in r.values()):
             lines.append(f"| {name} | - | - | runs incomplete | | |")
@@ -378,7 +363,7 @@ def extrapolation_section(get: Any) -> list[str]:
         full_n[label] = non_embedding(full)
         proxy_n[label] = non_embedding(reduce_architecture(full, reduction, 256))
         for st in RUNG_STEPS:
-            v = get(label, "proxy") if st == PROXY_STEPS else _get_steps(label, st)
+            v = get(label, "proxy", steps=None if st == PROXY_STEPS else st)
             if v is not None:
                 points.append((proxy_n[label], tokens[st], v))
     lines = ["", "### Loss at a target budget (search/extrapolate.py) against the ground truth", ""]
@@ -408,17 +393,6 @@ def extrapolation_section(get: Any) -> list[str]:
     return lines
 
 
-_CACHE_ROWS: dict[str, dict[str, Any]] | None = None
-
-
-def _get_steps(label: str, steps: int) -> float | None:
-    global _CACHE_ROWS
-    if _CACHE_ROWS is None:
-        _CACHE_ROWS = load_cache()
-    row = _CACHE_ROWS.get(f"proxy|{label}|0|nvfp4|recipe|{steps}")
-    return row["loss"] if row else None
-
-
 def report() -> str:
     cache = load_cache()
     lines = ["# Proxy fidelity: proxy loss against full-size training", "",
@@ -427,8 +401,9 @@ def report() -> str:
              f"full-size candidate, {TRUTH_STEPS} steps (8x the proxy's tokens), NVFP4, validated on "
              f"{TRUTH_VAL_BATCHES * 8 * 128} held-out tokens. Losses in nats/token.", ""]
 
-    def get(label: str, kind: str, seed: int = 0, quant: str = "nvfp4", param: str = "recipe") -> float | None:
-        row = cache.get(f"{kind}|{label}|{seed}|{quant}|{param}")
+    def get(label: str, kind: str, seed: int = 0, quant: str = "nvfp4", param: str = "recipe",
+            steps: int | None = None) -> float | None:
+        row = cache.get(key(dict(kind=kind, cand=label, seed=seed, quant=quant, param=param, steps=steps)))
         return row["loss"] if row else None
 
     lines += ["| cand | set | shape | non-emb params | proxy (recipe, seed 0) | proxy mean 3 seeds | "

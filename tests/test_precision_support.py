@@ -59,7 +59,6 @@ def test_python_api_refuses_nvfp4_on_h100():
 
 
 def test_callback_refuses_nvfp4_on_h100():
-    pytest.importorskip("lightning")
     from co_design.callback import CoDesignCallback
 
     with pytest.raises(ValueError, match="^" + re.escape(f"deployment.weights='nvfp4' {CORE}: b200, gb200")):
@@ -70,7 +69,6 @@ def test_callback_refuses_nvfp4_on_h100():
 
 
 def test_search_refuses_nvfp4_on_h100_before_any_trial():
-    pytest.importorskip("hydra")
     from search.app import _check_precisions, _resolve_gpu
     from search.compose import compose_config
     from search.config import ConfigError, to_search_config, validate
