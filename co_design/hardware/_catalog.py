@@ -60,7 +60,14 @@ class GPU:
     kernels (not emulated by widening to another format); weight and activation
     formats need a ``peak_flops_per_s`` rate. Empty: every format with a rate.
     ``gemm_tiles`` lists the output tiles of its GEMM kernels as
-    ``(rows, cols, sms_per_tile)``; 2-SM tiles (Blackwell CTA pairs) occupy two SMs.
+    ``(rows, cols, sms_per_tile, rate)``; 2-SM tiles (Blackwell CTA pairs) occupy
+    two SMs, and ``rate`` is the fraction of the per-SM tensor-core peak the tile's
+    main loop reaches (1.0 when omitted; e.g. 0.5 for Blackwell's 64-row MMA, which
+    uses half the tensor-core datapath). ``stream_k``: the GEMM library can split
+    the K loop of the whole problem evenly over the SMs (stream-K / persistent
+    scheduling), which smooths wave quantization at the cost of fp32 partial-tile
+    fix-ups. ``attention_head_dims``: head sizes the runtime's fused attention
+    kernels implement; another head size pads up to the next one (empty: any).
     ``sources`` maps each field name (``peak_flops_per_s.bf16`` for nested ones)
     to where its number comes from.
     """
@@ -83,7 +90,9 @@ class GPU:
     kernel_overhead_s: float = 3e-6  # fixed cost per kernel (launch gap, prologue, tail)
     collective_latency_s: float = 10e-6  # fixed cost per collective / point-to-point
     collective_efficiency: float = 0.8  # achieved bus bandwidth of collectives over the link's per-direction peak
-    gemm_tiles: tuple[tuple[int, int, int], ...] = ((128, 128, 1), (128, 256, 1))
+    gemm_tiles: tuple[tuple[int, int, int, float], ...] = ((128, 128, 1, 1.0), (128, 256, 1, 1.0))
+    stream_k: bool = True
+    attention_head_dims: tuple[int, ...] = ()
     k_tile_bytes: int = 128  # bytes of K per pipeline stage; K pads to a multiple of it
     aliases: tuple[str, ...] = ()
     description: str = ""
@@ -92,7 +101,9 @@ class GPU:
     def __post_init__(self) -> None:
         object.__setattr__(self, "peak_flops_per_s", MappingProxyType(dict(self.peak_flops_per_s)))
         object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
-        object.__setattr__(self, "gemm_tiles", tuple(tuple(int(x) for x in t) for t in self.gemm_tiles))
+        object.__setattr__(self, "gemm_tiles", tuple(self._checked_tile(t) for t in self.gemm_tiles))
+        object.__setattr__(self, "attention_head_dims", tuple(sorted(int(d) for d in self.attention_head_dims)))
+        object.__setattr__(self, "stream_k", bool(self.stream_k))
         object.__setattr__(self, "aliases", tuple(self.aliases))
         bad = sorted(set(self.peak_flops_per_s) - set(PRECISIONS))
         if bad:
@@ -118,13 +129,24 @@ class GPU:
                 raise ValueError(f"GPU {self.name!r}: {key} must be >= 0, got {getattr(self, key)}")
         if not self.gemm_tiles:
             raise ValueError(f"GPU {self.name!r}: gemm_tiles needs at least one [rows, cols, sms_per_tile] entry")
-        for tile in self.gemm_tiles:
-            if len(tile) != 3 or min(tile) < 1:
-                raise ValueError(f"GPU {self.name!r}: gemm_tiles entries are [rows, cols, sms_per_tile], got {tile}")
+        if any(d < 1 for d in self.attention_head_dims):
+            raise ValueError(f"GPU {self.name!r}: attention_head_dims must be positive, got {self.attention_head_dims}")
 
         object.__setattr__(self, "_hash", hash(tuple(
             tuple(sorted(v.items())) if isinstance(v, Mapping) else v
             for k, v in ((f.name, getattr(self, f.name)) for f in dataclasses.fields(self)) if k != "sources")))
+
+    def _checked_tile(self, tile: Any) -> tuple[int, int, int, float]:
+        """One ``[rows, cols, sms_per_tile]`` or ``[rows, cols, sms_per_tile, rate]`` entry, normalized."""
+        if isinstance(tile, (str, bytes)) or len(tile) not in (3, 4):
+            raise ValueError(f"GPU {self.name!r}: gemm_tiles entries are [rows, cols, sms_per_tile] or "
+                             f"[rows, cols, sms_per_tile, rate], got {tile!r}")
+        rows, cols, spt = (int(x) for x in tile[:3])
+        rate = float(tile[3]) if len(tile) == 4 else 1.0
+        if min(rows, cols, spt) < 1 or not 0 < rate <= 1:
+            raise ValueError(f"GPU {self.name!r}: gemm_tiles entry {list(tile)}: rows, cols and sms_per_tile must be "
+                             ">= 1 and rate in (0, 1] (fraction of the per-SM tensor-core peak)")
+        return rows, cols, spt, rate
 
     def _checked_precisions(self) -> dict[str, tuple[str, ...]]:
         """``precisions`` validated and normalized: every tensor class, formats in PRECISIONS order."""

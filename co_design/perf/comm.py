@@ -27,25 +27,28 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p"
 _FACTOR = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0}
 
 
-def link_bytes_per_s(gpu: "GPU", n: int) -> float:
-    """Per-GPU, per-direction bandwidth a collective among ``n`` GPUs achieves (× ``collective_efficiency``)."""
+def link_bytes_per_s(gpu: "GPU", n: int, efficiency: float = 1.0) -> float:
+    """Per-GPU, per-direction bandwidth a collective among ``n`` GPUs achieves, bytes/s: the link's peak ×
+    the GPU's ``collective_efficiency`` × ``efficiency`` (a runtime's further fraction)."""
     peak = gpu.nvlink_bytes_per_s if n <= gpu.nvlink_domain else gpu.scaleout_bytes_per_s
-    return peak * gpu.collective_efficiency
+    return peak * gpu.collective_efficiency * efficiency
 
 
-def collective_time_s(kind: str, nbytes: float, n: int, gpu: "GPU", *, span: int | None = None) -> float:
+def collective_time_s(kind: str, nbytes: float, n: int, gpu: "GPU", *, span: int | None = None,
+                      efficiency: float = 1.0) -> float:
     """Seconds for collective ``kind`` of ``nbytes`` (see module docstring) among ``n`` GPUs.
 
     ``span``: GPUs the communicating group is placed across (default ``n``); the
     link is NVLink when ``span`` fits in one NVLink domain, else scale-out. A
     pipeline-stage send between 2 GPUs of a ``tp x pp`` replica larger than the
     domain crosses domains at some stage boundary: ``n=2, span=tp*pp``.
+    ``efficiency``: fraction of the GPU's collective bandwidth the runtime reaches.
     """
     if kind not in COLLECTIVES:  # checked first: a typo must not pass silently when n == 1
         raise ValueError(f"unknown collective {kind!r}; use one of {COLLECTIVES}")
     if n <= 1 or nbytes <= 0:
         return 0.0
-    bw = link_bytes_per_s(gpu, n if span is None else max(n, span))
+    bw = link_bytes_per_s(gpu, n if span is None else max(n, span), efficiency)
     if kind == "p2p":
         return gpu.collective_latency_s + nbytes / bw
     factor = _FACTOR[kind]

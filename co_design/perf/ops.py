@@ -7,26 +7,43 @@ a chunk) run through the same GEMMs. Layers of the same kind (dense or MoE FFN,
 full or windowed attention) are costed once and multiplied by their count, so
 a 126-layer model costs no more than a 1-layer one.
 
-Per layer (per GPU, shard shapes after parallelism; see :class:`Shards`):
+The op list is that of a CUDA-graph, fused runtime (TensorRT-LLM): every row is
+a kernel that runs, and a kernel pays ``gpu.kernel_overhead_s`` once. Work that
+such a runtime fuses into a neighbour keeps its bytes and drops its launch: the
+RMSNorm (+ residual + quantize) rides the all-reduce before it when there is one
+(TP); RoPE and the KV-cache write of decode tokens run inside the decode attention
+kernel; the MoE gated activation runs in the first grouped GEMM's epilogue and the
+MoE finalize rides the FFN all-reduce under TP. Per layer (per GPU, shard shapes
+after parallelism; see :class:`Shards`):
 
-* ``qkv_proj`` GEMM (M=tokens, N=(q + 2·kv heads)·head_dim / shard, K=hidden);
-  MLA: ``q_a``/``q_b``/``kv_a`` GEMMs, ``kv_b`` for prompt tokens, and for decode
-  the absorbed per-head ``mla_q_absorb``/``mla_v_up`` batched GEMMs.
+* ``attn_norm`` (own kernel only without a collective before it), ``qkv_proj``
+  GEMM (M=tokens, N=(q + 2·kv heads)·head_dim / shard, K=hidden); MLA:
+  ``q_a``/``q_b``/``kv_a`` GEMMs, ``kv_b`` for prompt tokens, and for decode the
+  absorbed per-head ``mla_q_absorb``/``mla_v_up`` batched GEMMs.
+* ``rope_kv_write`` for prompt tokens (TensorRT-LLM's QKV pre-processing kernel).
 * ``attention_prefill``: causal FLOPs ``2·heads·(d_qk + d_v)·pairs`` where pairs =
-  Σ_i min(i, window) over prompt positions; FlashAttention IO (Q, K, V, O once).
+  Σ_i min(i, window) over prompt positions; FlashAttention IO (Q, K, V, O once);
+  fp8 math when the KV cache and activations are 8-bit or narrower (FP8 context
+  FMHA), else bf16. A head_dim the GPU's kernels do not implement
+  (``gpu.attention_head_dims``) runs padded to the next size they do.
 * ``attention_decode``: reads each sequence's KV cache (``min(context, window)``
-  tokens), FLOPs ``2·heads·(d_qk + d_v)`` per cached token; MLA absorbed:
-  ``2·heads·(2·kv_lora + rope)`` per cached token over the shared latent (read
-  once per sequence, MQA-like), no ``kv_b_proj`` over the cache.
-* ``o_proj`` GEMM (Helix: TP over all ``tp`` ranks after the all-to-all);
-  ``attn_norm``/``ffn_norm``/``rotary``/``activation``/``router``/``moe_permute``
-  as memory-bound elementwise ops.
-* FFN: ``gate_up``/``down`` GEMMs sharded by tp; MoE: ``experts_gate_up``/
-  ``experts_down`` grouped GEMMs over the experts the step touches on this GPU,
-  ``shared_*`` for shared experts.
+  tokens) and writes the new token's K/V, FLOPs ``2·heads·(d_qk + d_v)`` per
+  cached token; MLA absorbed: ``2·heads·(2·kv_lora + rope)`` per cached token over
+  the shared latent (read once per sequence, MQA-like), no ``kv_b_proj`` over the cache.
+* ``o_proj`` GEMM (Helix: TP over all ``tp`` ranks after the all-to-all); TP
+  all-reduce; ``ffn_norm`` (fused into that all-reduce under TP).
+* FFN: ``gate_up``/``activation`` (SwiGLU + quantize, one kernel)/``down``
+  sharded by tp. MoE: ``router``; ``moe_permute``; ``experts_gate_up``/
+  ``experts_down`` grouped GEMMs over the experts the *busiest* expert-parallel
+  rank runs (:func:`busiest_rank_experts`) with the tokens it receives
+  (:func:`busiest_rank_load`: routing skew from a published statistic plus the
+  binomial spread of a finite batch); ``moe_finalize``; ``shared_*`` for shared
+  experts.
 * Communication: TP all-reduce after attention and FFN; with attention-DP an
-  all-to-all dispatch/combine (EP) or all-gather/reduce-scatter (TP FFN); Helix
-  all-to-all of partial attention outputs; PP point-to-point.
+  all-to-all dispatch/combine (EP; each token sent once to each distinct rank
+  holding one of its experts, :func:`ranks_per_token`, times the busiest rank's
+  excess) or all-gather/reduce-scatter (TP FFN); Helix all-to-all of partial
+  attention outputs; PP point-to-point.
 
 Plus ``embedding``, ``final_norm``, ``lm_head`` (bf16) and ``sampling`` per step.
 Pure Python.
@@ -46,8 +63,10 @@ from co_design.perf.types import Deployment, OpCost
 if TYPE_CHECKING:
     from co_design.arch import Architecture
     from co_design.hardware import GPU
+    from co_design.perf.types import Runtime
 
-__all__ = ["Shards", "shards", "step_ops", "step_time", "expected_experts_touched", "attended_pairs"]
+__all__ = ["Shards", "shards", "step_ops", "step_time", "expected_experts_touched", "attended_pairs",
+           "expected_max_normal", "busiest_rank_load", "busiest_rank_experts", "ranks_per_token", "attention_head_dim"]
 
 _BF16 = 2.0
 
@@ -73,6 +92,93 @@ def attended_pairs(length: float, window: int | None) -> float:
     if window is None or window >= length:
         return length * (length + 1) / 2
     return window * (window + 1) / 2 + (length - window) * window
+
+
+@lru_cache(maxsize=128)
+def expected_max_normal(n: int) -> float:
+    """E[max of ``n`` independent standard normals] (0 for n <= 1), by Simpson's rule on [-9, 9].
+
+    1.0294 for n = 4, 1.4236 for n = 8, 2.0697 for n = 32.
+    """
+    if n <= 1:
+        return 0.0
+    steps, lo, hi = 3600, -9.0, 9.0
+    h = (hi - lo) / steps
+    total = 0.0
+    for i in range(steps + 1):
+        x = lo + i * h
+        pdf = math.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+        cdf = 0.5 * (1.0 + math.erf(x / math.sqrt(2)))
+        w = 1 if i in (0, steps) else (4 if i % 2 else 2)
+        total += w * x * n * pdf * cdf ** (n - 1)
+    return total * h / 3
+
+
+def busiest_rank_load(experts: int, top_k: int, tokens: float, ep: int, expert_load_cv: float) -> float:
+    """Token-expert assignments on the busiest of ``ep`` expert-parallel ranks (``tokens × top_k / ep`` on average).
+
+    A rank holds E/ep experts. Its load varies for two reasons: experts are not
+    equally popular (per-expert load with coefficient of variation
+    ``expert_load_cv``; over E/ep independent experts the rank's CV is
+    cv_e / sqrt(E/ep)) and a finite batch lands unevenly (binomial: CV² =
+    (1 - 1/ep) / mean). The busiest rank carries mean × (1 + z_ep × CV), z_ep
+    being the expected maximum of ep standard normals. Check against the source
+    of the default cv_e = 1.28 (DeepSeek-R1, EP 32, 8 experts per rank, 1024
+    assignments per rank): the rank CV comes out at 0.45 against 0.48 measured.
+    Capped at every token sending all its picks that a rank can hold to it.
+    """
+    assignments = tokens * top_k
+    if ep <= 1 or assignments <= 0:
+        return assignments
+    mean = assignments / ep
+    per_rank = experts / ep
+    cv = math.sqrt(expert_load_cv ** 2 / per_rank + (1.0 - 1.0 / ep) / mean)
+    return min(mean * (1.0 + expected_max_normal(ep) * cv), tokens * min(top_k, per_rank), assignments)
+
+
+@lru_cache(maxsize=1 << 14)
+def busiest_rank_experts(experts: int, top_k: int, tokens: int, ep: int) -> float:
+    """Expected distinct experts the busiest of ``ep`` ranks runs when ``tokens`` tokens pick ``top_k`` of ``experts``.
+
+    Each expert is hit with probability p = 1 - (1 - k/E)^tokens (uniform
+    routing); a rank's count of hit experts among its n = E/ep is Binomial(n, p)
+    and the step waits for the rank with the most: E[max] = Σ_{j=1..n} (1 -
+    F(j-1)^ep), F the binomial CDF. ep = 1: the mean, E·p.
+    """
+    if tokens <= 0:
+        return 0.0
+    p = 1.0 - (1.0 - top_k / experts) ** tokens
+    n = experts // ep
+    if ep <= 1:
+        return experts * p
+    if p >= 1.0:
+        return float(n)
+    pmf = [math.comb(n, j) * p ** j * (1 - p) ** (n - j) for j in range(n + 1)]
+    out, cdf = 0.0, 0.0
+    for j in range(1, n + 1):
+        cdf += pmf[j - 1]
+        out += 1.0 - min(1.0, cdf) ** ep
+    return out
+
+
+def ranks_per_token(experts: int, top_k: int, ep: int) -> float:
+    """Expected distinct expert-parallel ranks one token's ``top_k`` experts live on (what a deduplicating
+    dispatch sends it to): ep · (1 - C(E - E/ep, k) / C(E, k)), a rank being missed when none of the k
+    distinct experts is among its E/ep."""
+    if ep <= 1:
+        return 1.0
+    n = experts // ep
+    return ep * (1.0 - math.comb(experts - n, top_k) / math.comb(experts, top_k))
+
+
+def attention_head_dim(head_dim: int, gpu: "GPU") -> int:
+    """Head size the GPU's fused attention kernels run ``head_dim`` at: itself when supported (or when the
+    GPU lists no sizes), else the next supported size; above the largest, the next multiple of 64."""
+    dims = gpu.attention_head_dims
+    if not dims or head_dim in dims:
+        return head_dim
+    bigger = [d for d in dims if d >= head_dim]
+    return bigger[0] if bigger else -(-head_dim // 64) * 64
 
 
 @dataclass(frozen=True)
@@ -180,36 +286,46 @@ class _Table:
     """Collects one step's ops (helpers keep the formulas short).
 
     With ``keep=False`` only the per-bound time totals are kept (no OpCost rows):
-    the fast path for batch searches and sweeps.
+    the fast path for batch searches and sweeps. Efficiencies come from the
+    deployment's :class:`Runtime`: ``compute_efficiency`` on FLOP rates
+    (``nvfp4_compute_efficiency`` for FP4 GEMMs; times
+    ``grouped_gemm_efficiency`` for grouped expert GEMMs), ``bandwidth_efficiency``
+    on HBM (both times ``attention_efficiency`` for attention kernels),
+    ``collective_efficiency`` on links.
     """
 
-    def __init__(self, gpu: "GPU", phase: str, compute_eff: float, bandwidth_eff: float, keep: bool = True) -> None:
+    def __init__(self, gpu: "GPU", phase: str, runtime: "Runtime", keep: bool = True) -> None:
         self.gpu, self.phase, self.rows, self.keep = gpu, phase, [], keep
-        self.eff, self.bw_eff = compute_eff, bandwidth_eff
-        self.bw = gpu.hbm_bytes_per_s * gpu.memory_efficiency * bandwidth_eff
+        self.eff, self.bw_eff = runtime.compute_efficiency, runtime.bandwidth_efficiency
+        self.grouped, self.coll = runtime.grouped_gemm_efficiency, runtime.collective_efficiency
+        self.attn, self.fp4_eff = runtime.attention_efficiency, runtime.nvfp4_compute_efficiency
+        self.tile_oh = runtime.expert_tile_overhead_s
+        self.bw = gpu.hbm_bytes_per_s * gpu.memory_efficiency * self.bw_eff
         self.by_bound = {"compute": 0.0, "memory": 0.0, "communication": 0.0}
 
     def gemm(self, name: str, m: float, n: int, k: int, count: float, *, w: str, a: str, groups: int = 1,
-             efficiency: float = 1.0) -> None:
+             grouped: bool = False) -> None:
         m = math.ceil(m)
         if m <= 0 or n <= 0 or k <= 0 or count <= 0:
             return
-        g = gemm(self.gpu, m, n, k, weights=w, activations=a, groups=groups, efficiency=efficiency * self.eff,
-                 bandwidth_efficiency=efficiency * self.bw_eff)
+        prec = math_precision(w, a, self.gpu)
+        eff = (self.fp4_eff if prec == "nvfp4" else self.eff) * (self.grouped if grouped else 1.0)
+        g = gemm(self.gpu, m, n, k, weights=w, activations=a, groups=groups, efficiency=eff,
+                 bandwidth_efficiency=self.bw_eff, tile_overhead_s=self.tile_oh if grouped else 0.0)
         self.by_bound[g[1]] += g[0] * count
         if not self.keep:
             return
-        prec = math_precision(w, a, self.gpu)
         frac = (g.flops / g.time_s / self.gpu.peak_flops_per_s[prec]) if g.bound == "compute" else (
             g.bytes / g.time_s / self.gpu.hbm_bytes_per_s)
         self.rows.append(OpCost(name, self.phase, "gemm", count, g.time_s * count, g.flops * count, g.bytes * count,
                                 g.bound, prec, (m, n, k), groups, g.tile_efficiency, g.wave_efficiency, frac))
 
-    def mem(self, name: str, nbytes: float, count: float, flops: float = 0.0) -> None:
-        """A memory-bound elementwise op moving ``nbytes`` per instance."""
+    def mem(self, name: str, nbytes: float, count: float, flops: float = 0.0, *, fused: bool = False) -> None:
+        """A memory-bound elementwise op moving ``nbytes`` per instance. ``fused``: it runs inside a
+        neighbouring kernel (its bytes stay, its kernel overhead does not)."""
         if nbytes <= 0 or count <= 0:
             return
-        t, bound = roofline(0.0, nbytes / self.bw, self.gpu.kernel_overhead_s)
+        t, bound = roofline(0.0, nbytes / self.bw, 0.0 if fused else self.gpu.kernel_overhead_s)
         self.by_bound[bound] += t * count
         if self.keep:
             self.rows.append(OpCost(name, self.phase, "elementwise", count, t * count, flops * count, nbytes * count,
@@ -219,8 +335,8 @@ class _Table:
         if (flops <= 0 and nbytes <= 0) or count <= 0:
             return
         peak = self.gpu.peak_flops_per_s[prec]
-        compute_s = flops / (peak * self.gpu.attention_efficiency * self.eff)
-        t, bound = roofline(compute_s, nbytes / self.bw, self.gpu.kernel_overhead_s)
+        compute_s = flops / (peak * self.gpu.attention_efficiency * self.eff * self.attn)
+        t, bound = roofline(compute_s, nbytes / (self.bw * self.attn), self.gpu.kernel_overhead_s)
         self.by_bound[bound] += t * count
         if self.keep:
             frac = flops / t / peak if bound == "compute" else nbytes / t / self.gpu.hbm_bytes_per_s
@@ -228,7 +344,7 @@ class _Table:
                                     bound, prec, achieved_fraction=frac))
 
     def comm(self, name: str, kind: str, nbytes: float, n: int, count: float, span: int | None = None) -> None:
-        t = collective_time_s(kind, nbytes, n, self.gpu, span=span)
+        t = collective_time_s(kind, nbytes, n, self.gpu, span=span, efficiency=self.coll)
         if t <= 0 or count <= 0:
             return
         self.by_bound["communication"] += t * count
@@ -267,7 +383,7 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
     """
     s = shards(arch, dep)
     rt = dep.runtime
-    t = _Table(gpu, phase, rt.kernel_efficiency, rt.bandwidth_efficiency or rt.kernel_efficiency, keep)
+    t = _Table(gpu, phase, rt, keep)
     w, kvp = dep.weights, dep.kv_cache
     a = dep.activations  # the serving entry points checked it against the GPU's precision table
     ab, kvb = bytes_per_element(a), bytes_per_element(kvp)
@@ -279,14 +395,22 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
     dec_attn = decode / s.a_dp  # decoding sequences per GPU (attention)
     n_prompts = prefill_tokens / prefill_len if prefill_len > 0 else 0.0
 
+    # a collective before a norm carries it (TensorRT-LLM's all-reduce + residual + RMSNorm + quantize fusion)
+    attn_norm_fused = s.o_tp > 1 or s.a_dp > 1
+    ffn_norm_fused = s.o_tp > 1
+    # prompt attention in fp8 when the KV cache and activations are 8-bit or narrower (FP8 context FMHA)
+    pf_prec = "fp8" if (kvp != "bf16" and a != "bf16" and "fp8" in gpu.peak_flops_per_s) else "bf16"
     for is_moe, window, count in layer_kinds(arch, dep.pp):
         # ---------------------------------------------------------------- attention
-        t.mem("attn_norm", t_attn * h * (2 * _BF16 + ab), count)  # read x + residual, write normed (quantized)
+        t.mem("attn_norm", t_attn * h * (2 * _BF16 + ab), count, fused=attn_norm_fused)
         if arch.mla is None:
             t.gemm("qkv_proj", t_attn, s.q_dim + 2 * s.kv_dim, h, count, w=w, a=a)
-            t.mem("rotary_kv_write", t_attn * ((s.q_dim + 2 * s.kv_dim) * _BF16 * 2 + 2 * s.kv_dim * kvb), count)
-            d_qk = d_v = arch.head_dim
+            # prompt tokens: RoPE + KV-cache write as their own pre-processing kernel; decode tokens: inside the
+            # decode attention kernel (its IO below)
+            t.mem("rope_kv_write", pf_attn * ((s.q_dim + 2 * s.kv_dim) * _BF16 * 2 + 2 * s.kv_dim * kvb), count)
+            d_qk = d_v = attention_head_dim(arch.head_dim, gpu)  # padded to a size the kernels implement
             kv_tok_bytes = 2 * s.kv_dim * kvb  # K and V per cached token, this GPU
+            new_kv = 2 * s.kv_dim * (_BF16 + kvb)  # per decode token: its new K and V read (bf16) and cached
         else:
             m = arch.mla
             if m.q_lora_rank:
@@ -295,8 +419,9 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
             else:
                 t.gemm("q_proj", t_attn, s.q_dim, h, count, w=w, a=a)
             t.gemm("kv_a_proj", t_attn, s.kv_dim, h, count, w=w, a=a)
-            t.mem("rotary_kv_write", t_attn * (s.q_dim * _BF16 * 2 + s.kv_dim * (_BF16 + kvb)), count)
+            t.mem("rope_kv_write", pf_attn * (s.q_dim * _BF16 * 2 + s.kv_dim * (_BF16 + kvb)), count)
             kv_tok_bytes = s.kv_dim * kvb
+            new_kv = s.kv_dim * (_BF16 + kvb)
             if prefill_tokens:  # prompt tokens expand the latent: K_nope and V per head
                 t.gemm("kv_b_proj", pf_attn, s.heads * (m.qk_nope_head_dim + m.v_head_dim),
                        m.kv_lora_rank, count, w=w, a=a)
@@ -318,7 +443,7 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
             # FlashAttention IO: Q, K, V read and O written once per prompt token (K/V re-reads hit L2/SMEM)
             kv_io = 2 * s.kv_dim if arch.mla is None else s.heads * (d_qk + d_v)
             io = pf_attn * (s.heads * (d_qk + d_v) + kv_io) * _BF16
-            t.attention("attention_prefill", 2.0 * arch.heads * (d_qk + d_v) * pairs, io, count)
+            t.attention("attention_prefill", 2.0 * arch.heads * (d_qk + d_v) * pairs, io, count, pf_prec)
         if decode:
             cached = min(context, window) if window else context
             cached /= s.kv_split
@@ -331,7 +456,8 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
                 # query enters and the output leaves in latent space (kv_lora + rope in, kv_lora out)
                 fl = 2.0 * s.heads * (s.kv_dim + arch.mla.kv_lora_rank) * cached * dec_attn
                 q_o = s.heads * (s.kv_dim + arch.mla.kv_lora_rank)
-            io = dec_attn * (cached * kv_tok_bytes + q_o * _BF16)
+            # one kernel: RoPE and the new token's KV write (new_kv), the cache read, q in and o out
+            io = dec_attn * (cached * kv_tok_bytes + q_o * _BF16 + new_kv)
             t.attention("attention_decode", fl, io, count, "bf16")
             if s.kv_split > 1:  # Helix: combine partial outputs + softmax stats across KV ranks
                 # per sequence and head: the partial output (d_v, bf16) and its softmax max and sum (2 x fp32)
@@ -341,51 +467,59 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
         if s.o_tp > 1:
             t.comm("attn_all_reduce", "all_reduce", tokens * h * _BF16, s.o_tp, count)
         # -------------------------------------------------------------------- FFN
-        t.mem("ffn_norm", t_attn * h * (2 * _BF16 + ab), count)
-        if s.a_dp > 1:  # attention-DP: bring every rank's tokens to the FFN
-            if is_moe and dep.ep > 1:
-                fan = min(arch.experts_per_token, dep.ep)  # GPUs a token is sent to (upper bound)
-                t.comm("moe_dispatch_all_to_all", "all_to_all", t_attn * fan * h * ab, tp, count)
-            else:
-                t.comm("ffn_all_gather", "all_gather", tokens * h * ab, tp, count)
+        t.mem("ffn_norm", t_attn * h * (2 * _BF16 + ab), count, fused=ffn_norm_fused)
         if not is_moe:
+            if s.a_dp > 1:  # attention-DP: bring every rank's tokens to the TP FFN
+                t.comm("ffn_all_gather", "all_gather", tokens * h * ab, tp, count)
             n_up = s.ffn * (2 if arch.gated_ffn else 1)
             t.gemm("gate_up_proj", tokens, n_up, h, count, w=w, a=a)
-            t.mem("activation", tokens * (n_up * _BF16 + s.ffn * ab), count)
+            t.mem("activation", tokens * (n_up * _BF16 + s.ffn * ab), count)  # SwiGLU + quantize, one kernel
             t.gemm("down_proj", tokens, h, s.ffn, count, w=w, a=a)
-        else:
-            e, k = arch.experts, arch.experts_per_token
-            t.gemm("router", t_attn, e, h, count, w="bf16", a="bf16")
-            # assignments landing on this GPU's experts; busiest rank carries `imbalance` x the mean
-            local = tokens * k / dep.ep * dep.runtime.moe_load_imbalance
-            local = min(local, tokens * min(k, s.experts))
-            touched = max(1, round(expected_experts_touched(e, k, tokens) / dep.ep))
-            touched = min(touched, s.experts)
-            m_e = local / touched  # tokens per touched expert
-            t.mem("moe_permute", local * h * (ab + ab) + local * h * _BF16 * 2, count)
-            n_up = s.expert_ffn * (2 if arch.gated_ffn else 1)
-            eff = dep.runtime.grouped_gemm_efficiency
-            t.gemm("experts_gate_up", m_e, n_up, h, count, w=w, a=a, groups=touched, efficiency=eff)
-            t.mem("experts_activation", local * (n_up * _BF16 + s.expert_ffn * ab), count)
-            t.gemm("experts_down", m_e, h, s.expert_ffn, count, w=w, a=a, groups=touched, efficiency=eff)
-            if s.shared_ffn:
-                n_sh = s.shared_ffn * (2 if arch.gated_ffn else 1)
-                t.gemm("shared_gate_up", tokens, n_sh, h, count, w=w, a=a)
-                t.mem("shared_activation", tokens * (n_sh * _BF16 + s.shared_ffn * ab), count)
-                t.gemm("shared_down", tokens, h, s.shared_ffn, count, w=w, a=a)
-        if s.a_dp > 1:
-            if is_moe and dep.ep > 1:
-                fan = min(arch.experts_per_token, dep.ep)
-                t.comm("moe_combine_all_to_all", "all_to_all", t_attn * fan * h * _BF16, tp, count)
-            else:
+            if s.a_dp > 1:
                 t.comm("ffn_reduce_scatter", "reduce_scatter", tokens * h * _BF16, tp, count)
+            elif tp > 1:
+                t.comm("ffn_all_reduce", "all_reduce", tokens * h * _BF16, tp, count)
+            continue
+        e, k = arch.experts, arch.experts_per_token
+        t.gemm("router", t_attn, e, h, count, w="bf16", a="bf16")
+        # the busiest expert-parallel rank sets the pace: its token-expert assignments (routing skew and
+        # finite-batch spread, busiest_rank_load) and its distinct experts (busiest_rank_experts)
+        local = busiest_rank_load(e, k, tokens, dep.ep, dep.runtime.moe_expert_load_cv)
+        touched = busiest_rank_experts(e, k, max(1, round(tokens)), dep.ep) if tokens > 0 else 0.0
+        touched_n = max(1, min(s.experts, round(touched)))
+        imbalance = local / (tokens * k / dep.ep) if tokens > 0 else 1.0
+        if s.a_dp > 1 and dep.ep > 1:
+            # deduplicated dispatch: each token goes once to each distinct rank holding one of its experts;
+            # the busiest rank receives `imbalance` x the mean
+            fan = ranks_per_token(e, k, dep.ep) * imbalance
+            t.comm("moe_dispatch_all_to_all", "all_to_all", t_attn * fan * h * ab, tp, count)
+        elif s.a_dp > 1:
+            t.comm("ffn_all_gather", "all_gather", tokens * h * ab, tp, count)
+        t.mem("moe_permute", tokens * h * ab + local * h * ab, count)  # gather + quantize per expert
+        n_up = s.expert_ffn * (2 if arch.gated_ffn else 1)
+        m_e = local / touched_n  # tokens per touched expert
+        # gated activation fused into the first grouped GEMM's epilogue (CUTLASS MoE)
+        t.gemm("experts_gate_up", m_e, n_up, h, count, w=w, a=a, groups=touched_n, grouped=True)
+        t.gemm("experts_down", m_e, h, s.expert_ffn, count, w=w, a=a, groups=touched_n, grouped=True)
+        # finalize: weighted sum of each token's k outputs (+ residual); rides the FFN all-reduce under TP
+        t.mem("moe_finalize", local * h * _BF16 + tokens * h * _BF16, count, fused=s.a_dp == 1 and tp > 1)
+        if s.shared_ffn:
+            n_sh = s.shared_ffn * (2 if arch.gated_ffn else 1)
+            t.gemm("shared_gate_up", tokens, n_sh, h, count, w=w, a=a)
+            t.mem("shared_activation", tokens * (n_sh * _BF16 + s.shared_ffn * ab), count)
+            t.gemm("shared_down", tokens, h, s.shared_ffn, count, w=w, a=a)
+        if s.a_dp > 1 and dep.ep > 1:
+            fan = ranks_per_token(e, k, dep.ep) * imbalance
+            t.comm("moe_combine_all_to_all", "all_to_all", t_attn * fan * h * _BF16, tp, count)
+        elif s.a_dp > 1:
+            t.comm("ffn_reduce_scatter", "reduce_scatter", tokens * h * _BF16, tp, count)
         elif tp > 1:
             t.comm("ffn_all_reduce", "all_reduce", tokens * h * _BF16, tp, count)
     # ------------------------------------------------------------- per step
     stage_first = 1.0  # embedding and head: on the first / last stage; the slowest stage is charged both
     t.mem("embedding", t_attn * h * _BF16 * 2, stage_first)
     heads_in = decode + n_prompts  # sequences producing a next token this step
-    t.mem("final_norm", heads_in * h * _BF16 * 3, 1.0)
+    t.mem("final_norm", heads_in * h * _BF16 * 3, 1.0, fused=tp > 1 and s.a_dp == 1)
     t.gemm("lm_head", heads_in, s.vocab, h, 1.0, w="bf16", a="bf16")
     t.mem("sampling", heads_in * s.vocab * 4.0 * 2, 1.0)
     if tp > 1:

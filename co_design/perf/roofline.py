@@ -110,60 +110,72 @@ class GemmCost(tuple):
 
 def gemm(gpu: "GPU", m: int, n: int, k: int, *, weights: str, activations: str, groups: int = 1,
          out_bytes_per_element: float = 2.0, split_k: bool = True, efficiency: float = 1.0,
-         bandwidth_efficiency: float | None = None) -> GemmCost:
+         bandwidth_efficiency: float = 1.0, tile_overhead_s: float = 0.0) -> GemmCost:
     """Time of ``groups`` independent (m×k)·(k×n) GEMMs run as one (grouped) kernel on one GPU.
 
     * FLOPs (useful) = 2·m·n·k·groups.
-    * Compute: the kernel picks the output tile (from ``gpu.gemm_tiles``) and
-      split-K factor that minimize time, as an autotuner would. Tiles pad m and n
-      (tile quantization), K pads to ``gpu.k_tile_bytes`` of the operand format,
-      and tiles run in waves over the SMs (wave quantization). Time =
-      waves × (tile FLOPs / per-SM rate), the rate being
-      ``peak[math_precision] × gemm_efficiency / sms``.
+    * Compute: the kernel picks the schedule that minimizes time, as an
+      autotuner would, over the GPU's output tiles (``gpu.gemm_tiles``, each with
+      its own main-loop rate) and three ways to spread them over the SMs:
+
+      - data-parallel: whole tiles in waves of ``sms / sms_per_tile``; a partial
+        last wave costs a full one (wave quantization);
+      - split-K (when the tiles fill less than one wave): K split 2–16 ways over
+        idle SMs, fp32 partials written and re-read;
+      - stream-K (``gpu.stream_k``): the K loops of all tiles divided evenly over
+        the SMs, each SM's share rounded up to whole k-tiles, plus one fp32
+        partial tile written and read per SM (the fix-up).
+
+      Tiles pad m and n (tile quantization) and K pads to ``gpu.k_tile_bytes`` of
+      the math format. A tile of rate r runs at ``r × peak[math_precision] ×
+      gemm_efficiency × efficiency / sms`` FLOP/s per SM.
+    * Tile latency: every tile an SM runs adds ``tile_overhead_s`` after the
+      roofline (pipeline fill and epilogue not hidden behind the next tile's main
+      loop, whether the main loop waits on math or on memory): small-K GEMMs and
+      many small groups, such as fine-grained experts, pay it on little work.
     * Memory: weights n·k·groups at the weight format, inputs m·k·groups at the
       activation format, outputs m·n·groups at ``out_bytes_per_element``, each
-      moved once (L2 absorbs re-reads), at ``hbm_bytes_per_s × memory_efficiency``.
-    * ``efficiency`` scales the FLOP rate further and ``bandwidth_efficiency``
-      (default: ``efficiency``) the bandwidth (e.g. a runtime's kernels, grouped
-      MoE kernels that reach a lower fraction than dense GEMMs).
+      moved once (L2 absorbs re-reads), at ``hbm_bytes_per_s × memory_efficiency
+      × bandwidth_efficiency``.
     * Plus ``gpu.kernel_overhead_s``; combined by :func:`roofline`.
     """
     if m <= 0 or n <= 0 or k <= 0 or groups <= 0:
         return GemmCost((0.0, "memory", 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, (0, 0, 0)))
-    bw_eff = efficiency if bandwidth_efficiency is None else bandwidth_efficiency
-    return _gemm_cached(gpu, m, n, k, weights, activations, groups, out_bytes_per_element, split_k, efficiency, bw_eff)
+    return _gemm_cached(gpu, m, n, k, weights, activations, groups, out_bytes_per_element, split_k, efficiency,
+                        bandwidth_efficiency, tile_overhead_s)
 
 
 @lru_cache(maxsize=256)
-def _tiles(gpu: "GPU") -> tuple[tuple[int, int, int, int], ...]:
-    """(tile_m, tile_n, sms_per_tile, tiles_per_wave) for the GPU's GEMM kernels."""
-    return tuple((tm, tn, spt, max(1, gpu.sms // spt)) for tm, tn, spt in gpu.gemm_tiles)
+def _tiles(gpu: "GPU") -> tuple[tuple[int, int, int, int, float], ...]:
+    """(tile_m, tile_n, sms_per_tile, tiles_per_wave, rate) for the GPU's GEMM kernels."""
+    return tuple((tm, tn, spt, max(1, gpu.sms // spt), rate) for tm, tn, spt, rate in gpu.gemm_tiles)
 
 
 @lru_cache(maxsize=1 << 17)
 def _gemm_cached(gpu: "GPU", m: int, n: int, k: int, weights: str, activations: str, groups: int,
-                 out_b: float, split_k: bool, eff: float, bw_eff: float) -> GemmCost:
+                 out_b: float, split_k: bool, eff: float, bw_eff: float, tile_oh: float) -> GemmCost:
     prec = math_precision(weights, activations, gpu)
     wb, ab = BYTES_PER_ELEMENT[weights], BYTES_PER_ELEMENT[activations]
-    rate_per_sm = gpu.peak_flops_per_s[prec] * gpu.gemm_efficiency * eff / gpu.sms  # FLOP/s per SM
+    rate_per_sm = gpu.peak_flops_per_s[prec] * gpu.gemm_efficiency * eff / gpu.sms  # FLOP/s per SM at rate 1
     # K pads to whole k-tiles of k_tile_bytes in the math format (128 B = 64 bf16 / 128 fp8 / 256 fp4 elements)
     k_tile = max(1, int(gpu.k_tile_bytes / _MATH_BYTES[prec]))
-    k_pad = -(-k // k_tile) * k_tile
+    k_iters = -(-k // k_tile)
+    k_pad = k_iters * k_tile
     flops = 2.0 * m * n * k * groups
     bw = gpu.hbm_bytes_per_s * gpu.memory_efficiency * bw_eff
     base_bytes = groups * (n * k * wb + m * k * ab + m * n * out_b)
     base_memory_s = base_bytes / bw
     best = None
-    for tm, tn, spt, per_wave in _tiles(gpu):
+    for tm, tn, spt, per_wave, rate in _tiles(gpu):
         tiles = -(-m // tm) * -(-n // tn) * groups  # tile quantization
         t_eff = m * n * groups / (tiles * tm * tn)
-        tile_s = 2.0 * tm * tn / (rate_per_sm * spt)  # seconds per K element of one tile
-        # no split: waves of tiles (wave quantization)
+        tile_s = 2.0 * tm * tn / (rate_per_sm * rate * spt)  # seconds per K element of one tile
+        # data-parallel: waves of whole tiles (wave quantization)
         waves = -(-tiles // per_wave)
-        c = waves * tile_s * k_pad
-        key = (max(c, base_memory_s), c)
+        c, lat = waves * tile_s * k_pad, waves * tile_oh
+        key = (max(c, base_memory_s) + lat, c)
         if best is None or key < best[0]:
-            best = (key, c, base_memory_s, base_bytes, t_eff, tiles / (waves * per_wave), (tm, tn, 1))
+            best = (key, c, base_memory_s, base_bytes, t_eff, tiles / (waves * per_wave), (tm, tn, 1), lat)
         if split_k and tiles < per_wave:
             # split-K: spread K over idle SMs (at least 4 k-tiles per split); fp32 partials written and re-read
             for splits in (2, 4, 8, 16):
@@ -172,9 +184,20 @@ def _gemm_cached(gpu: "GPU", m: int, n: int, k: int, weights: str, activations: 
                 k_split = -(-k_pad // (splits * k_tile)) * k_tile
                 nbytes = base_bytes + groups * m * n * 8.0 * splits
                 c, mem = tile_s * k_split, nbytes / bw  # one wave
-                key = (max(c, mem), c)
+                key = (max(c, mem) + tile_oh, c)
                 if key < best[0]:
-                    best = (key, c, mem, nbytes, t_eff, tiles * splits / per_wave, (tm, tn, splits))
-    _, compute_s, memory_s, nbytes, t_eff, w_eff, tile = best
-    time_s, bound = roofline(compute_s, memory_s, gpu.kernel_overhead_s)
+                    best = (key, c, mem, nbytes, t_eff, tiles * splits / per_wave, (tm, tn, splits), tile_oh)
+        if gpu.stream_k and tiles > per_wave and tiles % per_wave:
+            # stream-K: every worker takes ceil(tiles * k_iters / workers) k-tiles; each worker that starts
+            # mid-tile leaves one fp32 partial tile to fix up (written once, read once)
+            per_worker = -(-(tiles * k_iters) // per_wave)
+            c = tile_s * per_worker * k_tile
+            nbytes = base_bytes + per_wave * tm * tn * 8.0
+            mem = nbytes / bw
+            lat = tile_oh * (per_worker / k_iters + 1)  # a worker touches about share / k_iters + 1 tiles
+            key = (max(c, mem) + lat, c)
+            if key < best[0]:
+                best = (key, c, mem, nbytes, t_eff, tiles * k_iters / (per_worker * per_wave), (tm, tn, 0), lat)
+    _, compute_s, memory_s, nbytes, t_eff, w_eff, tile, lat = best
+    time_s, bound = roofline(compute_s, memory_s, gpu.kernel_overhead_s + lat)
     return GemmCost((time_s, bound, flops, nbytes, t_eff, w_eff, compute_s, memory_s, tile))

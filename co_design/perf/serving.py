@@ -3,11 +3,17 @@
 Steady state of in-flight batching (what an offline max-load benchmark
 measures): a replica keeps ``B`` requests in flight. Each iteration every one of
 them emits a token, and to keep the batch full ``B / OSL`` requests finish and as
-many start, so each iteration also carries ``B · ISL / OSL`` prompt tokens — each
-request's prefill amortized over its output tokens. Decoding sequences hold on
-average ``ISL + OSL/2`` cached tokens. An iteration larger than the runtime's
-token budget (``max_num_tokens``) runs as several chunks, re-reading the weights.
-With ``pp`` stages the batch splits into ``pp`` micro-batches in flight.
+many start, so ``P = B · ISL / OSL`` prompt tokens enter per iteration on average.
+They do not enter evenly: a prompt (or, when it exceeds the room the decode tokens
+leave in the ``max_num_tokens`` budget, a chunk of it) rides whole in the iteration
+that admits it, and the other iterations decode only. An iteration's time is the
+mix ``(1 - f) · T(decode only) + f · T(decode + piece)`` with ``f = P / piece``;
+for an MoE a decode-only step touches far fewer experts than one carrying a
+prompt. When prompts arrive faster than one piece per iteration, every iteration
+carries ``P`` tokens; when ``B + P`` exceeds the budget, every iteration runs as
+several passes, re-reading the weights. Decoding sequences hold on average
+``ISL + OSL/2`` cached tokens. With ``pp`` stages the batch splits into ``pp``
+micro-batches in flight.
 
 * TPOT = pp × (stage time of one micro-batch's iteration) + host overhead
 * output tokens/s per user = 1 / TPOT; per GPU = replicas · B / TPOT / gpus
@@ -28,7 +34,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 from co_design.hardware import GPU, PRECISION_FIELDS, check_precision, get_gpu
 from co_design.perf.memory import max_batch, memory_breakdown
-from co_design.perf.ops import shards, step_ops, step_time
+from co_design.perf.ops import attention_head_dim, shards, step_ops, step_time
 from co_design.perf.types import SLO, Deployment, OpCost, Prediction
 
 if TYPE_CHECKING:
@@ -61,6 +67,21 @@ def _scaled(ops: list[OpCost], factor: float) -> list[OpCost]:
                                 bytes=o.bytes * factor) for o in ops]
 
 
+def _merged(ops: list[OpCost]) -> list[OpCost]:
+    """Rows of the same (name, phase) summed into one, in first-seen order (the iteration kinds of a steady
+    state list the same ops with different weights)."""
+    out: dict[tuple[str, str], OpCost] = {}
+    for o in ops:
+        key = (o.name, o.phase)
+        if key not in out:
+            out[key] = o
+            continue
+        p = out[key]
+        out[key] = dataclasses.replace(p, count=p.count + o.count, time_s=p.time_s + o.time_s,
+                                       flops=p.flops + o.flops, bytes=p.bytes + o.bytes)
+    return list(out.values())
+
+
 def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica: int, *, with_ops: bool,
               with_ttft: bool = True) -> Prediction:
     rt = dep.runtime
@@ -69,19 +90,43 @@ def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica
     mem = memory_breakdown(arch, gpu, dep, b)
     # ---------------------------------------------------------------- decode iteration
     mb = b / dep.pp  # micro-batch per pipeline stage
-    prompt = mb * dep.isl / dep.osl  # amortized prompt tokens per iteration
-    # the token budget is per rank that schedules its own requests (each attention-DP rank has one)
-    chunks = max(1, math.ceil((mb + prompt) / (rt.max_num_tokens * s.a_dp) - 1e-9))
-    kw = dict(decode=mb / chunks, context=dep.isl + dep.osl / 2, prefill_tokens=prompt / chunks, prefill_len=dep.isl)
-    if with_ops:
-        ops = step_ops(arch, gpu, dep, phase="decode", **kw)
-        by_bound: dict[str, float] = {}
-        for o in ops:
-            by_bound[o.bound] = by_bound.get(o.bound, 0.0) + o.time_s
+    prompt = mb * dep.isl / dep.osl  # prompt tokens per iteration, on average
+    budget = rt.max_num_tokens * s.a_dp  # tokens one iteration may carry (each attention-DP rank schedules its own)
+    context = dep.isl + dep.osl / 2
+    # (weight, step kwargs) of the iteration kinds of the steady state
+    if mb + prompt > budget:
+        # overloaded: every iteration is full and runs as `chunks` passes, prompt tokens spread evenly
+        chunks = math.ceil((mb + prompt) / budget - 1e-9)
+        kinds = [(float(chunks), dict(decode=mb / chunks, context=context, prefill_tokens=prompt / chunks,
+                                      prefill_len=dep.isl))]
     else:
-        ops, by_bound = [], step_time(arch, gpu, dep, **kw)
-    stage_s = chunks * sum(by_bound.values())
-    host_s = rt.iteration_overhead_s + rt.request_overhead_s * b / s.a_dp / chunks  # per iteration; DP ranks in parallel
+        # Prompts ride in the iterations they are admitted in: a prompt, or a chunk of one when it exceeds the
+        # room the decode tokens leave, goes whole into one iteration; the other iterations decode only
+        # (an MoE decode-only step touches far fewer experts). When prompt tokens arrive faster than one
+        # piece per iteration, every iteration carries about `prompt` of them.
+        chunks = 1
+        room = max(1.0, budget - mb)
+        piece = dep.isl / math.ceil(dep.isl / room - 1e-9)
+        if prompt >= piece:
+            kinds = [(1.0, dict(decode=mb, context=context, prefill_tokens=prompt, prefill_len=dep.isl))]
+        else:
+            f = prompt / piece  # share of iterations that carry a prompt piece
+            kinds = [(1.0 - f, dict(decode=mb, context=context, prefill_tokens=0.0, prefill_len=dep.isl)),
+                     (f, dict(decode=mb, context=context, prefill_tokens=piece, prefill_len=dep.isl))]
+    by_bound: dict[str, float] = {}
+    ops: list[OpCost] = []
+    for weight, kw in kinds:
+        if with_ops:
+            part = step_ops(arch, gpu, dep, phase="decode", **kw)
+            ops += _scaled(part, weight)
+            for o in part:
+                by_bound[o.bound] = by_bound.get(o.bound, 0.0) + o.time_s * weight
+        else:
+            for bound_name, sec in step_time(arch, gpu, dep, **kw).items():
+                by_bound[bound_name] = by_bound.get(bound_name, 0.0) + sec * weight
+    ops = _merged(ops)
+    stage_s = sum(by_bound.values())  # one iteration (all its passes)
+    host_s = rt.iteration_overhead_s + rt.request_overhead_s * b / s.a_dp / chunks  # per pass; DP ranks in parallel
     tpot = dep.pp * stage_s + chunks * host_s
     per_user = 1.0 / tpot
     per_gpu = dep.replicas * b / tpot / dep.gpus
@@ -106,6 +151,10 @@ def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica
         ttft = n_pf * (dep.pp * pf_s + rt.iteration_overhead_s + rt.request_overhead_s * b / s.a_dp)
         pf_ops = _scaled(pf_ops, n_pf)
     notes: list[str] = []
+    if arch.mla is None and attention_head_dim(arch.head_dim, gpu) != arch.head_dim:
+        d = attention_head_dim(arch.head_dim, gpu)
+        notes.append(f"head_dim {arch.head_dim} has no fused attention kernel on {gpu.name} (sizes "
+                     f"{list(gpu.attention_head_dims)}): runs padded to {d}, attention math x{d / arch.head_dim:.2f}")
     if chunks > 1:
         notes.append(f"iteration of {mb + prompt:.0f} tokens exceeds max_num_tokens={rt.max_num_tokens}"
                      f"{f' x {s.a_dp} attention-DP ranks' if s.a_dp > 1 else ''}: runs as {chunks} chunks")
@@ -124,7 +173,7 @@ def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica
         fits=mem.fits,
         bound=bound,
         memory=mem,
-        ops=(_scaled(ops, chunks) + pf_ops) if with_ops else [],
+        ops=(ops + pf_ops) if with_ops else [],
         deployment=dep.replace(concurrency=b * dep.replicas) if with_ops or with_ttft else dep,
         gpu=gpu.name,
         notes=tuple(notes),

@@ -22,62 +22,87 @@ def _int_field(owner: str, name: str, value: Any, minimum: int = 1) -> None:
 class Runtime:
     """Serving-runtime settings (TensorRT-LLM defaults) that bound the batch and add overheads.
 
-    * ``max_batch``: requests scheduled per iteration per replica (trtllm-bench's
+    Limits (TensorRT-LLM's own defaults, not fitted):
+
+    * ``max_batch``: requests scheduled per iteration per scheduler (trtllm-bench's
       ``max_batch_size`` tops out in the low thousands; 2048 here).
     * ``max_num_tokens``: token budget of one iteration (decode tokens plus
-      context chunk) per replica; 8192 is TensorRT-LLM's default
+      context chunk) per scheduler; 8192 is TensorRT-LLM's default
       (``max_num_tokens`` in BuildConfig / LLM API). Larger steps run as chunks.
     * ``kv_cache_memory_fraction``: share of the memory left after weights,
       activations and the reserve that the KV cache may take (TensorRT-LLM
       ``KvCacheConfig.free_gpu_memory_fraction`` default 0.9).
     * ``reserve_bytes``: CUDA context, library workspaces, CUDA graphs, per GPU.
-    * ``iteration_overhead_s``: host-side scheduling time per iteration not hidden
-      behind GPU work (calibrated, see benchmarks/results/validation.md).
-    * ``request_overhead_s``: host time per request in flight per iteration
-      (scheduling, sampling, detokenization bookkeeping) not hidden behind GPU
-      work (calibrated).
-    * ``moe_load_imbalance``: tokens on the busiest expert-parallel rank over the
-      mean (1.0 = perfect balance).
-    * ``kernel_efficiency``: fraction of the GPU's microbenchmark efficiencies
-      (``gemm_efficiency``, ``memory_efficiency``, ``attention_efficiency``) that
-      the runtime's kernels reach inside a serving step, where shapes are small
-      and kernels short (calibrated).
-    * ``bandwidth_efficiency``: the same for the memory side (HBM streaming);
-      ``None`` = ``kernel_efficiency``.
-    * ``grouped_gemm_efficiency``: fraction of the dense-GEMM efficiency that the
-      runtime's grouped MoE expert kernels reach (calibrated).
 
-    The four calibrated defaults were fitted to published TensorRT-LLM
-    measurements (benchmarks/validate_perf.py, benchmarks/results/validation.md);
-    set them to 1 / 0 for an idealized runtime.
+    Efficiencies and overheads, each a separate physical quantity, fitted on the
+    training folds of the published serving rows (``benchmarks/validate_perf.py``;
+    values and their spread across folds in ``benchmarks/results/validation.md``).
+    Set the fractions to 1 and the overheads to 0 for an idealized runtime:
+
+    * ``compute_efficiency``: fraction of the GPU's microbenchmark FLOP rate
+      (``gemm_efficiency``, ``attention_efficiency``) its kernels reach inside a
+      serving step (short kernels, small shapes), for bf16 and fp8 math.
+    * ``nvfp4_compute_efficiency``: the same for block-scaled FP4 GEMMs (twice the
+      fp8 peak, scale factors to load; measured separately because it differs).
+    * ``bandwidth_efficiency``: fraction of the GPU's microbenchmark HBM bandwidth
+      (``memory_efficiency``) reached when streaming weights, KV cache and
+      activations.
+    * ``grouped_gemm_efficiency``: further fraction of the FLOP rate reached by
+      grouped MoE expert GEMMs (their weight reads run at ``bandwidth_efficiency``).
+    * ``attention_efficiency``: further fraction of both rates reached by the fused
+      attention kernels (paged KV-cache gathers, softmax, short per-sequence work),
+      on top of ``compute_efficiency`` and ``bandwidth_efficiency``.
+    * ``expert_tile_overhead_s``: seconds each output tile of a grouped expert GEMM
+      costs an SM beyond its main loop (per-group problem setup, pipeline fill,
+      epilogue) that the grouped kernel does not hide; fine-grained experts with
+      few tokens each pay it on little work.
+    * ``collective_efficiency``: fraction of the GPU's collective bus bandwidth
+      (``collective_efficiency`` of the GPU) reached by the runtime's collectives.
+    * ``iteration_overhead_s``: host-side scheduling time per iteration not hidden
+      behind GPU work.
+    * ``request_overhead_s``: host time per request in flight per iteration
+      (scheduling, sampling, detokenization bookkeeping) not hidden behind GPU work.
+
+    Routing statistics (from a published measurement, not fitted):
+
+    * ``moe_expert_load_cv``: coefficient of variation of tokens per expert across
+      the experts of a layer under real routing (0 = uniform routing). Default
+      1.28 = 164.1 / 128, the per-expert-slot standard deviation over the mean for
+      DeepSeek-R1 on 32 GB200 GPUs without EPLB, averaged over layers and
+      iterations (TensorRT-LLM tech blog 4, "Scaling Expert Parallelism in
+      TensorRT-LLM (Part 1)", Table 1). Sets the busiest expert-parallel rank's
+      load (see :func:`co_design.perf.ops.busiest_rank_load`).
     """
 
     max_batch: int = 2048
     max_num_tokens: int = 8192
     kv_cache_memory_fraction: float = 0.9
     reserve_bytes: float = 3.0 * 2**30
+    compute_efficiency: float = 0.9
+    nvfp4_compute_efficiency: float = 0.6
+    bandwidth_efficiency: float = 1.0
+    grouped_gemm_efficiency: float = 0.3
+    attention_efficiency: float = 0.6
+    expert_tile_overhead_s: float = 8e-6
+    collective_efficiency: float = 0.5
     iteration_overhead_s: float = 0.5e-3
-    request_overhead_s: float = 7.5e-6
-    moe_load_imbalance: float = 1.0
-    kernel_efficiency: float = 0.65
-    bandwidth_efficiency: float | None = None
-    grouped_gemm_efficiency: float = 0.4
+    request_overhead_s: float = 5e-6
+    moe_expert_load_cv: float = 1.28
 
     def __post_init__(self) -> None:
         _int_field("Runtime", "max_batch", self.max_batch)
         _int_field("Runtime", "max_num_tokens", self.max_num_tokens)
         if not 0 < self.kv_cache_memory_fraction <= 1:
             raise ValueError(f"Runtime.kv_cache_memory_fraction must be in (0, 1], got {self.kv_cache_memory_fraction}")
-        if self.reserve_bytes < 0 or self.iteration_overhead_s < 0 or self.request_overhead_s < 0:
-            raise ValueError("Runtime.reserve_bytes, iteration_overhead_s and request_overhead_s must be >= 0")
-        if self.bandwidth_efficiency is not None and not 0 < self.bandwidth_efficiency <= 1:
-            raise ValueError(f"Runtime.bandwidth_efficiency must be in (0, 1] or None, got {self.bandwidth_efficiency}")
-        if not 0 < self.kernel_efficiency <= 1:
-            raise ValueError(f"Runtime.kernel_efficiency must be in (0, 1], got {self.kernel_efficiency}")
-        if not 0 < self.grouped_gemm_efficiency <= 1:
-            raise ValueError(f"Runtime.grouped_gemm_efficiency must be in (0, 1], got {self.grouped_gemm_efficiency}")
-        if self.moe_load_imbalance < 1:
-            raise ValueError(f"Runtime.moe_load_imbalance must be >= 1 (busiest rank over mean), got {self.moe_load_imbalance}")
+        for name in ("reserve_bytes", "iteration_overhead_s", "request_overhead_s", "moe_expert_load_cv",
+                     "expert_tile_overhead_s"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"Runtime.{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("compute_efficiency", "nvfp4_compute_efficiency", "bandwidth_efficiency", "grouped_gemm_efficiency", "attention_efficiency",
+                     "collective_efficiency"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ValueError(f"Runtime.{name} must be in (0, 1] (a fraction of the GPU's measured rate), "
+                                 f"got {getattr(self, name)}")
 
 
 @dataclass(frozen=True, kw_only=True)

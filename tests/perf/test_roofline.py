@@ -1,15 +1,19 @@
 """The roofline function, precisions, tile/wave quantization and a one-layer table done on paper."""
 
+import math
 
+import numpy as np
 import pytest
 
 from co_design.arch import Architecture
 from co_design.hardware import get_gpu
 from co_design.perf import Deployment, Runtime
-from co_design.perf.ops import attended_pairs, expected_experts_touched, step_ops
+from co_design.perf.ops import (attended_pairs, busiest_rank_experts, busiest_rank_load, expected_experts_touched,
+                                expected_max_normal, ranks_per_token, step_ops)
 from co_design.perf.roofline import bytes_per_element, gemm, math_precision, roofline, tile_wave
 
-IDEAL = Runtime(kernel_efficiency=1.0, grouped_gemm_efficiency=1.0, iteration_overhead_s=0.0, request_overhead_s=0.0)
+IDEAL = Runtime(compute_efficiency=1.0, bandwidth_efficiency=1.0, grouped_gemm_efficiency=1.0, iteration_overhead_s=0.0,
+                request_overhead_s=0.0, moe_expert_load_cv=0.0)
 
 
 def test_roofline_is_max_plus_overhead():
@@ -46,7 +50,7 @@ def test_tile_wave_counts():
 
 @pytest.mark.parametrize("name", ["b200", "b300", "h100"])
 def test_wave_step_exactly_at_one_tile_past_a_full_wave(name):
-    g = get_gpu(name).replace(gemm_tiles=((128, 128, 1),))
+    g = get_gpu(name).replace(gemm_tiles=((128, 128, 1),), stream_k=False)
     k = 16384  # long K: compute-bound
     full = 128 * g.sms
     t = [gemm(g, 128, n, k, weights="bf16", activations="bf16", split_k=False) for n in (full - 128, full, full + 1)]
@@ -58,7 +62,7 @@ def test_wave_step_exactly_at_one_tile_past_a_full_wave(name):
 
 
 def test_tile_padding_on_m():
-    g = get_gpu("b200").replace(gemm_tiles=((128, 128, 1),))
+    g = get_gpu("b200").replace(gemm_tiles=((128, 128, 1),), stream_k=False)
     a = gemm(g, 128, 128 * 100, 8192, weights="bf16", activations="bf16", split_k=False)
     b = gemm(g, 129, 128 * 100, 8192, weights="bf16", activations="bf16", split_k=False)
     assert b.compute_s == pytest.approx(2 * a.compute_s)  # 129 rows pay two row tiles: 200 tiles, 2 waves
@@ -66,12 +70,12 @@ def test_tile_padding_on_m():
 
 
 def test_gemm_bytes_by_precision():
-    g = get_gpu("b200")
-    m, n, k = 64, 4096, 4096
+    g = get_gpu("b200").replace(gemm_tiles=((128, 128, 1),), stream_k=False)
+    m, n, k = 16, 4096, 4096
     c = gemm(g, m, n, k, weights="nvfp4", activations="fp8", split_k=False)
     assert c.flops == 2 * m * n * k
     assert c.bytes == pytest.approx(n * k * 0.5625 + m * k * 1.0 + m * n * 2.0)
-    # 32 tiles of 64x128 leave most of 148 SMs idle; split-K fills them and turns the GEMM memory-bound
+    # 32 tiles of 128x128 leave most of 148 SMs idle; split-K fills them and turns the GEMM memory-bound
     s = gemm(g, m, n, k, weights="nvfp4", activations="fp8")
     assert s.tile[2] > 1 and s.bound == "memory" and s.time_s < c.time_s
 
@@ -117,7 +121,8 @@ def test_decode_kv_read_bytes_on_paper():
     att = ops["attention_decode"]
     kv = 4 * 1000 * (2 * 2 * 128) * 1.0  # sequences x cached tokens x (K+V of 2 heads x 128) x 1 B
     q_o = 4 * 8 * 256 * 2.0
-    assert att.bytes == pytest.approx(2 * (kv + q_o))  # two layers
+    new_kv = 4 * (2 * 2 * 128) * (2.0 + 1.0)  # each sequence's new K and V: read in bf16, written to the fp8 cache
+    assert att.bytes == pytest.approx(2 * (kv + q_o + new_kv))  # two layers
     assert att.bound == "memory"
 
 
@@ -128,21 +133,60 @@ def test_expected_experts_touched_rejects_nonsense():
         expected_experts_touched(8, 0, 4)
 
 
-def test_experts_touched_per_ep_rank_on_paper():
-    # 64 experts, top-4, EP4 (16 experts per GPU); 8 tokens in the step (decode only)
+def _simulated_routing(experts: int, top_k: int, tokens: int, ep: int, steps: int = 20000):
+    """Monte-Carlo ground truth under uniform routing: per step, each token picks top_k distinct experts;
+    returns the mean over steps of (max over ranks of distinct experts hit, distinct ranks per token)."""
+    rng = np.random.default_rng(0)
+    picks = np.argsort(rng.random((steps, tokens, experts)), axis=2)[:, :, :top_k]  # top_k distinct experts
+    hit = np.zeros((steps, experts), dtype=bool)
+    np.put_along_axis(hit, picks.reshape(steps, -1), True, axis=1)
+    busiest = hit.reshape(steps, ep, experts // ep).sum(axis=2).max(axis=1).mean()
+    ranks = np.array([[len(set(p // (experts // ep))) for p in step] for step in picks[:500]]).mean()
+    return busiest, ranks
+
+
+def test_busiest_rank_experts_and_dedup_match_simulation():
+    for experts, k, tokens, ep in ((64, 4, 8, 4), (128, 8, 16, 8), (16, 2, 3, 2)):
+        busiest, ranks = _simulated_routing(experts, k, tokens, ep)
+        assert busiest_rank_experts(experts, k, tokens, ep) == pytest.approx(busiest, rel=0.02)
+        assert ranks_per_token(experts, k, ep) == pytest.approx(ranks, rel=0.03)
+        # the busiest rank runs more experts than the mean rank (what the old model charged)
+        assert busiest_rank_experts(experts, k, tokens, ep) > expected_experts_touched(experts, k, tokens) / ep
+    assert ranks_per_token(256, 8, 1) == 1.0
+
+
+def test_expected_max_normal_and_busiest_rank_load():
+    rng = np.random.default_rng(1)
+    for n in (2, 4, 8, 32):
+        assert expected_max_normal(n) == pytest.approx(rng.standard_normal((200000, n)).max(axis=1).mean(), abs=0.01)
+    assert expected_max_normal(1) == 0.0
+    # uniform routing, large batch: the busiest rank carries the mean plus the binomial spread
+    mean = 4096 * 8 / 8
+    assert busiest_rank_load(128, 8, 4096, 8, 0.0) == pytest.approx(
+        mean * (1 + expected_max_normal(8) * math.sqrt((1 - 1 / 8) / mean)))
+    # the published DeepSeek-R1 statistic the default comes from: 256 experts over EP 32, 1024 assignments per
+    # rank, per-expert CV 1.28 -> per-rank CV about 0.45 (0.48 measured), busiest about 1.9x the mean
+    ratio = busiest_rank_load(256, 8, 4096, 32, 1.28) / 1024
+    assert 1.8 < ratio < 2.1
+    assert busiest_rank_load(64, 4, 100, 1, 1.28) == 400  # one rank holds everything
+
+
+def test_experts_on_busiest_rank_in_the_op_table():
+    # 64 experts, top-4, EP4 (16 experts per GPU); 8 tokens in the step (decode only), uniform routing
     arch = Architecture(hidden=1024, layers=1, heads=8, ffn=512, vocab=1024, experts=64, experts_per_token=4,
                         expert_ffn=512)
     dep = Deployment(tp=4, ep=4, weights="bf16", activations="bf16", runtime=IDEAL)
     ops = {o.name: o for o in step_ops(arch, get_gpu("b200"), dep, decode=8, context=100, prefill_tokens=0,
                                        prefill_len=1)}
-    touched = round(64 * (1 - (1 - 4 / 64) ** 8) / 4)  # 64*(1-0.9375^8) = 25.5 over 4 ranks -> 6
-    assert touched == 6
+    touched = round(busiest_rank_experts(64, 4, 8, 4))
     up = ops["experts_gate_up"]
     assert up.groups == touched
-    # 8 tokens x top-4 / 4 ranks = 8 assignments on this GPU, spread over 6 experts -> ceil(8/6) = 2 rows
-    assert up.shape == (2, 2 * 512, 1024)
-    # weights read: 6 experts x (gate+up) 1024 x 512 bf16; inputs and outputs of the padded rows
-    assert up.bytes == pytest.approx(6 * (1024 * 1024 * 2 + 2 * 1024 * 2 + 2 * 1024 * 2))
+    rows = math.ceil(busiest_rank_load(64, 4, 8, 4, 0.0) / touched)
+    assert up.shape == (rows, 2 * 512, 1024)
+    # weights read: `touched` experts x (gate+up) 1024 x 512 bf16; inputs and outputs of the padded rows; plus
+    # at most a few fp32 split-K partials of the few rows
+    base = touched * (1024 * 1024 * 2 + rows * 1024 * 2 + rows * 1024 * 2)
+    assert base <= up.bytes <= base + touched * rows * 1024 * 8 * 16
 
 
 def test_nvfp4_on_hopper_is_refused_not_emulated():
@@ -185,7 +229,9 @@ def test_mla_decode_is_absorbed_only_the_latent_cache_read_grows_with_context():
         # per layer and sequence: the latent cache, ctx x (kv_lora + rope) x 1 B (fp8), read once for all
         # heads (MQA-like); the query in latent space (kv_lora + rope per head) and the output (kv_lora
         # per head) in bf16
-        assert att.bytes == pytest.approx(L * B * (ctx * (R + ROPE) * 1 + H * ((R + ROPE) + R) * 2))
+        # plus the new token's latent, read in bf16 and written to the fp8 cache
+        assert att.bytes == pytest.approx(L * B * (ctx * (R + ROPE) * 1 + H * ((R + ROPE) + R) * 2
+                                                   + (R + ROPE) * (2 + 1)))
         # scores over kv_lora + rope, weighted sum over kv_lora: 2 FLOPs per multiply-add, per head and token
         assert att.flops == pytest.approx(L * B * ctx * H * 2 * ((R + ROPE) + R))
     grow = long["attention_decode"].bytes - short["attention_decode"].bytes
@@ -203,3 +249,55 @@ def test_mla_decode_is_absorbed_only_the_latent_cache_read_grows_with_context():
     pf = {o.name: o for o in step_ops(arch, get_gpu("b200"), dep, decode=0, context=0, prefill_tokens=256,
                                       prefill_len=256, phase="prefill")}
     assert pf["kv_b_proj"].shape == (256, H * (NOPE + V), R) and "mla_q_absorb" not in pf
+
+
+def test_stream_k_smooths_the_wave_tail():
+    # 150 tiles of 128x128 (10 x 15) on 148 SMs, compute-bound: data-parallel pays a second, nearly empty wave;
+    # stream-K spreads the 150 x 128 k-tiles evenly: ceil(150 * 128 / 148) = 130 per SM instead of 256
+    g = get_gpu("b200").replace(gemm_tiles=((128, 128, 1),))
+    m, n, k = 1280, 1920, 8192
+    dp = gemm(g.replace(stream_k=False), m, n, k, weights="bf16", activations="bf16", split_k=False)
+    sk = gemm(g, m, n, k, weights="bf16", activations="bf16", split_k=False)
+    k_iters = 8192 // 64  # 128-byte k-tiles of bf16
+    assert sk.tile[2] == 0 and dp.tile[2] == 1 and sk.bound == "compute"
+    assert sk.compute_s == pytest.approx(dp.compute_s / 2 * math.ceil(150 * k_iters / 148) / k_iters)
+    # the fix-up moves one fp32 partial tile per SM, written and read
+    assert sk.bytes == pytest.approx(dp.bytes + 148 * 128 * 128 * 8.0)
+
+
+def test_tile_rates_pick_the_faster_tile():
+    # Hopper: a 64-row tile at rate 0.8 beats a 128-row tile half empty (1 / 0.8 < 2); Blackwell's 64-row
+    # MMA at half rate only ties the half-empty 128-row tile
+    h = get_gpu("h100").replace(stream_k=False, gemm_tiles=((64, 128, 1, 0.8), (64, 256, 1, 0.8), (128, 128, 1, 1.0),
+                                                        (128, 256, 1, 1.0)))
+    m, n, k = 64, 132 * 128, 16384
+    g = gemm(h, m, n, k, weights="bf16", activations="bf16", split_k=False)
+    assert g.tile[:2] in ((64, 128), (64, 256))  # memory-bound here, but the autotuner still takes the faster tile
+    per_sm = h.peak_flops_per_s["bf16"] * h.gemm_efficiency / h.sms
+    tiles = 132 * 128 // g.tile[1]
+    waves = math.ceil(tiles / 132)
+    assert g.compute_s == pytest.approx(waves * 2 * 64 * g.tile[1] * k / (per_sm * 0.8))
+    only_big = h.replace(gemm_tiles=((128, 128, 1, 1.0),))
+    assert gemm(only_big, m, n, k, weights="bf16", activations="bf16", split_k=False).compute_s > 1.2 * g.compute_s
+
+
+def test_gemm_tiles_accept_three_or_four_numbers():
+    g = get_gpu("b200").replace(gemm_tiles=((128, 128, 1), (64, 128, 1, 0.5)))
+    assert g.gemm_tiles == ((128, 128, 1, 1.0), (64, 128, 1, 0.5))
+    with pytest.raises(ValueError, match="rate in"):
+        get_gpu("b200").replace(gemm_tiles=((64, 128, 1, 1.5),))
+
+
+def test_swap_ab_tiles_serve_small_batches_and_tile_latency_adds():
+    # a 16-token GEMM: the swap-AB 16-row tile wastes nothing; without it a 64-row tile pads 4x
+    b = get_gpu("b200").replace(stream_k=False)
+    small = gemm(b, 16, 8192, 8192, weights="nvfp4", activations="nvfp4", split_k=False)
+    no_swap = gemm(b.replace(gemm_tiles=tuple(t for t in b.gemm_tiles if t[0] >= 64)), 16, 8192, 8192,
+                   weights="nvfp4", activations="nvfp4", split_k=False)
+    assert small.tile[0] == 16 and small.tile_efficiency == 1.0 and no_swap.tile_efficiency <= 0.25
+    assert small.compute_s < no_swap.compute_s
+    # tile latency: waves x tile_overhead_s on top of the roofline, the bound unchanged
+    lat = gemm(b, 16, 8192, 8192, weights="nvfp4", activations="nvfp4", split_k=False, tile_overhead_s=2e-6)
+    assert lat.bound == small.bound == "memory"
+    waves = math.ceil(8192 // lat.tile[1] / 148)
+    assert lat.time_s == pytest.approx(small.time_s + waves * 2e-6)

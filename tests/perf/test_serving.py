@@ -9,6 +9,7 @@ from co_design.hardware import get_gpu, list_gpus
 from co_design.perf import (SLO, Deployment, Prediction, Runtime, max_throughput, parallelisms, pareto, predict,
                             shape_advice)
 from co_design.perf.memory import kv_bytes_per_request, weights_bytes_per_gpu
+from co_design.perf.ops import step_ops, step_time
 
 SMALL = Architecture(hidden=2048, layers=4, heads=16, kv_heads=4, ffn=8192, vocab=32000, name="small")
 MOE = Architecture(hidden=2048, layers=4, heads=16, kv_heads=4, ffn=768, vocab=32000, experts=64,
@@ -257,20 +258,38 @@ def test_pipeline_parallel_splits_layers_and_weights():
 
 
 def test_runtime_validation_and_ideal_runtime_is_faster():
-    with pytest.raises(ValueError, match="kernel_efficiency"):
-        Runtime(kernel_efficiency=1.5)
-    with pytest.raises(ValueError, match="moe_load_imbalance"):
-        Runtime(moe_load_imbalance=0.5)
+    for name in ("compute_efficiency", "bandwidth_efficiency", "grouped_gemm_efficiency", "collective_efficiency"):
+        with pytest.raises(ValueError, match=name):
+            Runtime(**{name: 1.5})
+    with pytest.raises(ValueError, match="moe_expert_load_cv"):
+        Runtime(moe_expert_load_cv=-0.1)
     d = Deployment(isl=512, osl=512, concurrency=64)
-    ideal = d.replace(runtime=Runtime(kernel_efficiency=1.0, grouped_gemm_efficiency=1.0, request_overhead_s=0.0,
-                                      iteration_overhead_s=0.0))
+    ideal = d.replace(runtime=Runtime(compute_efficiency=1.0, bandwidth_efficiency=1.0, grouped_gemm_efficiency=1.0,
+                                      request_overhead_s=0.0, iteration_overhead_s=0.0))
     assert predict(SMALL, "b200", ideal).tpot_s < predict(SMALL, "b200", d).tpot_s
 
 
-def test_moe_load_imbalance_slows_expert_gemms():
+def test_routing_skew_slows_expert_parallel_moe():
     d = Deployment(tp=4, ep=4, attention_dp=True, isl=512, osl=512, concurrency=1024)
-    skew = d.replace(runtime=Runtime(moe_load_imbalance=1.5))
-    assert predict(MOE, "b200", skew).tpot_s > predict(MOE, "b200", d).tpot_s
+    uniform = d.replace(runtime=Runtime(moe_expert_load_cv=0.0))
+    assert predict(MOE, "b200", d).tpot_s > predict(MOE, "b200", uniform).tpot_s
+
+
+def test_efficiencies_are_separate():
+    # bandwidth_efficiency moves a memory-bound batch-1 decode and not a compute-bound prompt-heavy step;
+    # compute_efficiency the other way round
+    llama8b = Architecture(hidden=4096, layers=32, heads=32, kv_heads=8, ffn=14336, vocab=128256)
+    d = Deployment(weights="bf16", activations="bf16", isl=128, osl=128, concurrency=1)
+    base = predict(llama8b, "h100", d).tpot_s
+    slow_bw = predict(llama8b, "h100", d.replace(runtime=Runtime(bandwidth_efficiency=0.3))).tpot_s
+    slow_fl = predict(llama8b, "h100", d.replace(runtime=Runtime(compute_efficiency=0.3))).tpot_s
+    assert slow_bw > 1.5 * base
+    assert slow_fl < 1.05 * base
+    # a prompt-heavy step is compute-bound: the other way round
+    pf = dict(decode=0, context=0, prefill_tokens=4096, prefill_len=4096)
+    step = lambda rt: sum(step_time(llama8b, get_gpu("h100"), d.replace(runtime=rt), **pf).values())  # noqa: E731
+    assert step(Runtime(compute_efficiency=0.3)) > 1.5 * step(Runtime())
+    assert step(Runtime(bandwidth_efficiency=0.3)) < 1.25 * step(Runtime())
 
 
 def test_report_text():
@@ -347,7 +366,8 @@ def test_pipeline_send_crosses_nvlink_domain_when_the_replica_spans_two():
     for tp, link in ((8, g.scaleout_bytes_per_s), (4, g.nvlink_bytes_per_s)):
         d = Deployment(tp=tp, pp=2, weights="fp8", activations="fp8")
         op = next(o for o in step_ops(BIG, g, d, **kw) if o.name == "pp_send_recv")
-        assert op.time_s == pytest.approx(g.collective_latency_s + nbytes / (link * g.collective_efficiency))
+        eff = g.collective_efficiency * d.runtime.collective_efficiency
+        assert op.time_s == pytest.approx(g.collective_latency_s + nbytes / (link * eff))
 
 
 def test_concurrency_beyond_runtime_max_batch_is_flagged():
@@ -390,3 +410,50 @@ def test_ttft_takes_ceil_prompt_over_budget_iterations(tp, attention_dp, concurr
                          prefill_tokens=prompt / iterations, prefill_len=prompt, prompt_on_one_rank=True).values())
     host = rt.iteration_overhead_s + rt.request_overhead_s * concurrency / (tp if attention_dp else 1)
     assert p.ttft_s == pytest.approx(iterations * (step + host))
+
+
+def test_fused_runtime_pays_no_launch_for_fused_work():
+    d1 = Deployment(weights="fp8", activations="fp8", concurrency=8, runtime=Runtime(bandwidth_efficiency=1.0))
+    gpu = get_gpu("h100")
+    kw = dict(decode=8, context=1000, prefill_tokens=0, prefill_len=1000)
+    tp1 = {o.name: o for o in step_ops(SMALL, gpu, d1, **kw)}
+    tp2 = {o.name: o for o in step_ops(SMALL, gpu, d1.replace(tp=2), **kw)}
+    bw = gpu.hbm_bytes_per_s * gpu.memory_efficiency
+    layers = SMALL.layers
+    # TP1: the norm is its own kernel; TP2: it rides the all-reduce (same bytes, no launch)
+    assert tp1["attn_norm"].time_s == pytest.approx(tp1["attn_norm"].bytes / bw + layers * gpu.kernel_overhead_s)
+    assert tp2["attn_norm"].time_s == pytest.approx(tp2["attn_norm"].bytes / bw)
+    assert tp2["ffn_norm"].time_s == pytest.approx(tp2["ffn_norm"].bytes / bw)
+    # decode-only steps: RoPE and the KV write live inside the attention kernel
+    assert "rope_kv_write" not in tp1
+    with_prompt = {o.name for o in step_ops(SMALL, gpu, d1, decode=8, context=1000, prefill_tokens=512,
+                                            prefill_len=512)}
+    assert "rope_kv_write" in with_prompt
+
+
+def test_prompts_ride_in_their_own_iterations():
+    # ISL 256 / OSL 1024 at 64 requests: 16 prompt tokens per iteration on average, i.e. one whole prompt
+    # every 16 iterations; TPOT mixes 15 decode-only steps with one that carries a 256-token prompt
+    rt = Runtime(iteration_overhead_s=0.0, request_overhead_s=0.0)
+    d = Deployment(isl=256, osl=1024, concurrency=64, runtime=rt)
+    gpu = get_gpu("b200")
+    p = predict(MOE, gpu, d)
+    dec = sum(step_time(MOE, gpu, d, decode=64, context=256 + 512, prefill_tokens=0, prefill_len=256).values())
+    mix = sum(step_time(MOE, gpu, d, decode=64, context=256 + 512, prefill_tokens=256, prefill_len=256).values())
+    f = 16 / 256
+    assert p.tpot_s == pytest.approx((1 - f) * dec + f * mix)
+    # the old even spread (16 prompt tokens in every step) charges a decode step for experts it does not touch
+    even = sum(step_time(MOE, gpu, d, decode=64, context=256 + 512, prefill_tokens=16, prefill_len=256).values())
+    assert dec < even
+
+
+def test_unsupported_head_dim_runs_padded_and_says_so():
+    odd = Architecture(hidden=2560, layers=4, heads=32, kv_heads=8, head_dim=80, ffn=8192, vocab=32000)
+    even = odd.replace(head_dim=96)
+    d = Deployment(weights="fp8", activations="fp8", isl=4096, osl=256, concurrency=8)
+    p_odd, p_even = predict(odd, "h100", d), predict(even, "h100", d)
+    assert any("head_dim 80" in n and "padded to 96" in n for n in p_odd.notes)
+    assert not any("head_dim" in n for n in p_even.notes)
+    flops = lambda p: sum(o.flops for o in p.ops if o.name == "attention_prefill")  # noqa: E731
+    # the math runs at 96 either way; the padded model pays it without having the width
+    assert flops(p_odd) == pytest.approx(flops(p_even))
