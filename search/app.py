@@ -10,13 +10,19 @@ interrupted by Ctrl-C or a killed process excepted) the study should hold; a sec
 run only runs the remainder. Every finished trial is in the storage the moment it
 ends, so a crash or Ctrl-C loses only the trial in flight (a journal record a crash cut short
 is removed at the next start: :mod:`search.storage`).
+
+Parallel workers: start the same command several times (on one machine, sharing the
+run dir's journal; or on many, with a database ``storage=``). Each worker seeds its
+sampler with ``seed + the number of its first trial``, no shape is evaluated twice
+(finished or in flight on another worker), the study ends with ``n_trials`` counted
+trials, results files are replaced whole, and the worker that finishes last writes the
+one W&B summary run (:mod:`search.workers`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import socket
 import sys
 import time
 import warnings
@@ -39,7 +45,17 @@ from search.config import (
     validate,
 )
 from search.exact import ENUMERATION_ATTR, enumerate_into
-from search.objective import DUPLICATE_ATTR, EXHAUSTED_ATTR, FAIL_REASON_ATTR, INTERRUPTED, Objective
+from search.objective import (
+    DUPLICATE_ATTR,
+    EXHAUSTED_ATTR,
+    FAIL_REASON_ATTR,
+    INTERRUPTED,
+    SURPLUS_ATTR,
+    Objective,
+    counts_toward_n_trials,
+    held_count,
+    worker_is_gone,
+)
 from search.plots import write_plots
 from search.redact import hydra_files, redact, redact_files
 from search.results import parallel_coordinates_html, print_pareto_table, trial_row, write_results
@@ -47,6 +63,14 @@ from search.scoring import definitions
 from search.space import grid_size, parallelism_coverage
 from search.storage import make_storage
 from search.tracking import make_tracker
+from search.workers import (
+    WorkerSeededSampler,
+    ensure_study_uid,
+    record_summary,
+    run_dir_lock,
+    summary_run_id,
+    summary_turn,
+)
 
 __all__ = ["run", "RunResult", "make_sampler", "open_study", "finished_count", "main_entry"]
 
@@ -69,10 +93,12 @@ class RunResult:
 
 # --------------------------------------------------------------------------- study plumbing
 def make_sampler(cfg: SearchConfig, *, resumed_trials: int = 0) -> optuna.samplers.BaseSampler:
-    """The sampler named by ``cfg.sampler.name`` (validated), seeded.
+    """The sampler named by ``cfg.sampler.name`` (validated), seeded ``seed + resumed_trials``.
 
-    A resumed study gets ``seed + resumed_trials``: the same seed again would replay the
-    first run's random draws and propose the same shapes a second time.
+    The job passes the number of the first trial the worker runs
+    (:class:`search.workers.WorkerSeededSampler`): a resumed study then gets another seed
+    than its first run (the same seed again would replay its draws and propose the same
+    shapes a second time), and so does every worker started together on one study.
     """
     s = cfg.sampler
     seed = (s.seed if s.seed is not None else cfg.seed) + resumed_trials
@@ -103,12 +129,11 @@ def open_study(cfg: SearchConfig, storage: Any) -> optuna.Study:
         storage=storage,
         study_name=cfg.study_name,
         directions=directions,
-        sampler=make_sampler(cfg),
+        # seed + the number of this worker's first trial (search/workers.py)
+        sampler=WorkerSeededSampler(lambda first_trial: make_sampler(cfg, resumed_trials=first_trial)),
         load_if_exists=True,
     )
-    existing = len(study.get_trials(deepcopy=False))
-    if existing:
-        study.sampler = make_sampler(cfg, resumed_trials=existing)
+    ensure_study_uid(study)
     stored = study.user_attrs.get("objectives")
     settings = study_settings(cfg)
     if stored is None:
@@ -145,17 +170,9 @@ def open_study(cfg: SearchConfig, storage: Any) -> optuna.Study:
     return study
 
 
-def _is_interrupted(t: FrozenTrial) -> bool:
-    return t.state == TrialState.FAIL and str(t.user_attrs.get(FAIL_REASON_ATTR, "")).startswith(INTERRUPTED)
-
-
 def finished_count(study: optuna.Study) -> int:
-    """Finished trials that count toward ``n_trials`` (interrupted ones and duplicates do not)."""
-    return sum(
-        1
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
-        if not _is_interrupted(t) and DUPLICATE_ATTR not in t.user_attrs
-    )
+    """Finished trials that count toward ``n_trials`` (interrupted ones, duplicates and surplus ones do not)."""
+    return sum(1 for t in study.get_trials(deepcopy=False) if counts_toward_n_trials(t))
 
 
 #: consecutive duplicate proposals after which a sampled study stops (a backstop: a duplicate is normally
@@ -172,20 +189,12 @@ def fail_orphaned_trials(study: optuna.Study) -> list[int]:
     on the same storage) and of other hosts are left alone (database storages have
     Optuna's heartbeat for those).
     """
-    host = socket.gethostname()
     failed = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        w = t.user_attrs.get("worker") or {}
-        if w.get("host") != host or not isinstance(w.get("pid"), int) or w["pid"] == os.getpid():
+        if not worker_is_gone(t):
             continue
-        try:
-            os.kill(w["pid"], 0)
-            continue  # alive
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue  # alive, another user's
-        study._storage.set_trial_user_attr(t._trial_id, FAIL_REASON_ATTR, f"{INTERRUPTED}: worker pid {w['pid']} is gone")
+        pid = t.user_attrs["worker"]["pid"]
+        study._storage.set_trial_user_attr(t._trial_id, FAIL_REASON_ATTR, f"{INTERRUPTED}: worker pid {pid} is gone")
         study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
         failed.append(t.number)
     return failed
@@ -400,6 +409,9 @@ def run(
     state = {"ran": 0, "reported_at": 0.0, "report_s": 0.0, "in_a_row": 0, "exhausted": False}
 
     def after_trial(study: optuna.Study, trial: FrozenTrial) -> None:
+        if SURPLUS_ATTR in trial.user_attrs:  # n_trials finished or in flight on other workers: nothing was evaluated
+            study.stop()
+            return
         if DUPLICATE_ATTR in trial.user_attrs:  # nothing was evaluated: no line, no rewrite, no count
             state["in_a_row"] += 1
             if trial.user_attrs.get(EXHAUSTED_ATTR) or state["in_a_row"] >= MAX_CONSECUTIVE_DUPLICATES:
@@ -416,15 +428,18 @@ def run(
             # run: each rewrite reads every trial, so for millisecond (performance-only) trials it
             # would dominate; they are then rewritten once the trials since the last rewrite took
             # 9x its cost, and always at the end.
+            # Parallel workers: one rewrites at a time; the others skip their turn (the files show the same study).
             if time.perf_counter() - state["reported_at"] >= 9 * state["report_s"]:
-                t0 = time.perf_counter()
-                summary = write_results(study, names, run_dir, storage=storage_url, n_trials=cfg.n_trials,
-                                        extra=_summary_extra(cfg, study))
-                row = next((r for r in summary["rows"] if r["trial"] == trial.number), row)
-                if cfg.plots:
-                    _plots(study, names, run_dir, summary, gpu)
-                state["reported_at"] = time.perf_counter()
-                state["report_s"] = state["reported_at"] - t0
+                with run_dir_lock(run_dir, wait=False) as mine:
+                    if mine:
+                        t0 = time.perf_counter()
+                        summary = write_results(study, names, run_dir, storage=storage_url, n_trials=cfg.n_trials,
+                                                extra=_summary_extra(cfg, study))
+                        row = next((r for r in summary["rows"] if r["trial"] == trial.number), row)
+                        if cfg.plots:
+                            _plots(study, names, run_dir, summary, gpu)
+                        state["reported_at"] = time.perf_counter()
+                        state["report_s"] = state["reported_at"] - t0
             tracker.finish_trial(trial, row)
         except Exception as exc:
             log.warning("results of trial %d not fully written: %s: %s", trial.number, type(exc).__name__, exc)
@@ -466,7 +481,8 @@ def run(
                     gc_after_trial=objective.needs_proxy,  # frees a proxy's (GPU) memory; ~80 ms, wasted on perf-only trials
                     show_progress_bar=show_progress_bars(cfg),
                 )
-                remaining = max(0, cfg.n_trials - finished_count(study))
+                # parallel workers: trials in flight on other workers count too (they finish and are counted)
+                remaining = max(0, cfg.n_trials - held_count(study))
         except KeyboardInterrupt:
             interrupted = True
             say("interrupted: finished trials are saved; run the same command to resume")
@@ -474,20 +490,27 @@ def run(
             optuna_logger.removeFilter(failures)
             tracker.close()
 
-    summary = write_results(study, names, run_dir, storage=storage_url, n_trials=cfg.n_trials,
-                            extra=_summary_extra(cfg, study))
-    figures: dict[str, str] = {}
-    if cfg.plots:
-        figures = _plots(study, names, run_dir, summary, gpu)
-    par = parallel_coordinates_html(summary["rows"], names)
-    if par:
-        figures["parallel_coordinates"] = par
-    wandb_dir = None
-    if summary["rows"] and not interrupted:
-        try:
-            wandb_dir = tracker.summary(summary["rows"], names, figures)
-        except Exception as exc:  # the files and the storage hold everything; W&B is a view
-            log.warning("W&B summary run not written: %s: %s", type(exc).__name__, exc)
+    # Under the run dir's lock, the study read inside it: of parallel workers, the one that writes last read
+    # the study last, and only the worker that finishes last writes the W&B summary (search/workers.py).
+    wandb_dir, wandb_note = None, ""
+    with run_dir_lock(run_dir):
+        summary = write_results(study, names, run_dir, storage=storage_url, n_trials=cfg.n_trials,
+                                extra=_summary_extra(cfg, study))
+        figures: dict[str, str] = {}
+        if cfg.plots:
+            figures = _plots(study, names, run_dir, summary, gpu)
+        par = parallel_coordinates_html(summary["rows"], names)
+        if par:
+            figures["parallel_coordinates"] = par
+        if summary["rows"] and not interrupted and tracker.mode != "off":
+            fail_orphaned_trials(study)  # a killed worker's trial must not keep the summary waiting
+            turn, wandb_note = summary_turn(study, run_dir)
+            if turn:
+                try:
+                    wandb_dir = tracker.summary(summary["rows"], names, figures, run_id=summary_run_id(study))
+                    record_summary(study, run_dir, wandb_dir)
+                except Exception as exc:  # the files and the storage hold everything; W&B is a view
+                    log.warning("W&B summary run not written: %s: %s", type(exc).__name__, exc)
     counts = summary["trials"]
     title = (
         f"Pareto front of {cfg.study_name!r}: {summary['pareto_size']} of {sum(counts.values())} trials "
@@ -501,6 +524,8 @@ def run(
         print(f"tracebacks of failed trials: {failures.path}")
     if wandb_dir:
         print(f"W&B summary run: {wandb_dir} (mode {tracker.mode})")
+    elif wandb_note:
+        print(f"W&B summary run not written by this worker: {wandb_note}")
     dashboard = storage_url.removeprefix("journal://") if storage_url.startswith("journal://") else storage_url
     print(f"dashboard: optuna-dashboard {dashboard}")
     if interrupted:

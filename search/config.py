@@ -740,11 +740,16 @@ def study_settings(cfg: SearchConfig) -> dict[str, Any]:
     """
     import json
 
+    from co_design.perf import Runtime
+
     data: dict[str, Any] = {
         "objectives": {"names": list(cfg.objectives.names)},
         "hardware": dataclasses.asdict(cfg.hardware),
         "deployment": dataclasses.asdict(cfg.deployment),
         "space": dataclasses.asdict(cfg.space),
+        # the performance model's fitted runtime constants: a study scored by another version of the model
+        # (other constants) would mix predictions that are not comparable
+        "perf_runtime": dataclasses.asdict(Runtime()),
     }
     if "loss" in cfg.objectives.names:
         proxy = dataclasses.asdict(cfg.proxy)

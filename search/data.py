@@ -1,11 +1,7 @@
 """Proxy training data: the built-in byte corpus, token files, or a user's LightningDataModule.
 
-The built-in corpus is the bytes of the Python standard library's ``.py`` sources
-(``sysconfig.get_paths()["stdlib"]``): real text that every machine has without a
-download. Files are read in sorted order; a file goes to validation when the
-SHA-256 of its path relative to the stdlib root falls in the lowest
-``val_fraction`` of the hash range, so the split is deterministic and independent
-of the file count. The two splits are cached as ``uint8`` files (vocabulary 256).
+The built-in corpus (:mod:`search.corpus`, torch-free) is the bytes of the Python standard
+library's ``.py`` sources, cached as two ``uint8`` files (vocabulary 256).
 
 Batches are ``LongTensor (B, T+1)`` windows: inputs are ``[:, :-1]``, targets
 ``[:, 1:]``. Training windows are drawn at random positions from a generator seeded
@@ -15,10 +11,7 @@ validation uses a fixed, evenly spaced set of windows, identical for every trial
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import sysconfig
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -27,6 +20,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from search.corpus import build_stdlib_corpus
+
 __all__ = [
     "TokenWindows",
     "RandomWindows",
@@ -34,57 +29,6 @@ __all__ = [
     "build_stdlib_corpus",
     "make_datamodule",
 ]
-
-
-def _is_val(rel_path: str, val_fraction: float) -> bool:
-    digest = hashlib.sha256(rel_path.encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64 < val_fraction
-
-
-def build_stdlib_corpus(cache_dir: str | Path, *, val_fraction: float = 0.05) -> tuple[Path, Path]:
-    """Write (once) and return the train/val byte files of the stdlib corpus."""
-    cache = Path(cache_dir)
-    root = Path(sysconfig.get_paths()["stdlib"])
-    tag = f"stdlib-py{sysconfig.get_python_version()}-v{int(val_fraction * 1000)}"
-    train_path, val_path, meta_path = (cache / f"{tag}.{s}" for s in ("train.bin", "val.bin", "json"))
-    if train_path.is_file() and val_path.is_file() and meta_path.is_file():
-        return train_path, val_path
-    cache.mkdir(parents=True, exist_ok=True)
-    files = sorted(
-        p for p in root.rglob("*.py") if "site-packages" not in p.parts and "dist-packages" not in p.parts
-    )
-    if not files:
-        raise RuntimeError(f"no .py files under the stdlib path {root}; use proxy.data.source=tokens instead")
-    n_train = n_val = 0
-    tmp_train, tmp_val = train_path.with_suffix(".tmp"), val_path.with_suffix(".tmp")
-    with open(tmp_train, "wb") as ft, open(tmp_val, "wb") as fv:
-        for p in files:
-            rel = p.relative_to(root).as_posix()
-            try:
-                data = p.read_bytes()
-            except OSError:
-                continue
-            if _is_val(rel, val_fraction):
-                fv.write(data + b"\n")
-                n_val += 1
-            else:
-                ft.write(data + b"\n")
-                n_train += 1
-    if n_val == 0 or n_train == 0:
-        raise RuntimeError(f"stdlib split left an empty side (train={n_train}, val={n_val}); change val_fraction")
-    os.replace(tmp_train, train_path)
-    os.replace(tmp_val, val_path)
-    meta = {
-        "root": str(root),
-        "files_train": n_train,
-        "files_val": n_val,
-        "bytes_train": train_path.stat().st_size,
-        "bytes_val": val_path.stat().st_size,
-        "val_fraction": val_fraction,
-        "split": "sha256(relative path) < val_fraction * 2**64",
-    }
-    meta_path.write_text(json.dumps(meta, indent=2))
-    return train_path, val_path
 
 
 class RandomWindows(IterableDataset):

@@ -3,8 +3,9 @@
 Order (cheap first; an infeasible candidate costs no proxy run):
 
 1. :func:`search.space.suggest_candidate` proposes a full-size, aligned shape. A shape
-   the study already holds (:func:`duplicate_of`) ends PRUNED at once as a duplicate:
-   no second proxy run, no second row in the results, no count toward ``n_trials``.
+   the study already holds (:func:`duplicate_of`), finished or in flight on another
+   worker, ends PRUNED at once as a duplicate: no second proxy run, no second row in
+   the results, no count toward ``n_trials``.
 2. Checks before training, each recorded with ``trial.set_constraint`` (value <= 0 is
    feasible): parameter budgets (total/active), a parallelism choice that works for
    the shape, memory fit, and the SLO.
@@ -32,6 +33,9 @@ How a trial ends:
 - PRUNED, duplicate: the ``duplicate_of`` user attribute names the trial that holds
   the candidate. TPE ranks PRUNED trials after the evaluated ones, which steers it
   away from shapes it has already seen.
+- PRUNED, surplus (parallel workers): ``n_trials`` trials were finished or in flight on
+  other workers when this one started (:func:`held_count`); it evaluates nothing and
+  does not count, so a study run by several workers ends with ``n_trials`` trials.
 - FAIL with the reason in the ``fail_reason`` user attribute: any exception
   (including out of memory) or a non-finite loss. The study goes on
   (``study.optimize(catch=(Exception,))``).
@@ -49,7 +53,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from co_design.arch import Architecture
 from search.config import OBJECTIVES, SearchConfig, steps_of
@@ -64,12 +68,17 @@ __all__ = [
     "DominatedStoppingRule",
     "evaluate",
     "duplicate_of",
+    "worker_is_gone",
     "param_budget",
     "PERF_ATTR",
     "INTERACTIVE_ATTR",
     "DUPLICATE_ATTR",
     "PROPOSED_BY_ATTR",
     "EXHAUSTED_ATTR",
+    "SURPLUS_ATTR",
+    "evaluated_nothing",
+    "counts_toward_n_trials",
+    "held_count",
     "LOSS_CURVE_ATTR",
     "unseen_params",
     "FAIL_REASON_ATTR",
@@ -82,6 +91,7 @@ INTERACTIVE_ATTR = "interactive_prediction"  # user attribute: the interactive p
 DUPLICATE_ATTR = "duplicate_of"  # user attribute: the trial that already holds this candidate
 PROPOSED_BY_ATTR = "proposed_by"  # user attribute of a trial not proposed by the sampler
 EXHAUSTED_ATTR = "space_exhausted"  # user attribute of a duplicate after which no unseen shape was found
+SURPLUS_ATTR = "surplus"  # user attribute of a trial not evaluated: n_trials were finished or in flight when it started
 LOSS_CURVE_ATTR = "loss_curve"  # user attribute: the proxy's [[training tokens, validation loss], ...]
 FAIL_REASON_ATTR = "fail_reason"
 INFEASIBLE_ATTR = "infeasible"
@@ -244,13 +254,97 @@ def unseen_params(study: optuna.Study, cfg: SearchConfig, *, seed: int, tries: i
     return None
 
 
-def duplicate_of(study: optuna.Study, key: str, number: int) -> int | None:
-    """The first other trial of ``study`` holding candidate ``key`` (finished or running), else None.
+#: the longest wait (seconds) for a lower-numbered running trial to post the candidate it holds
+CLAIM_WAIT_S = 120.0
+#: seconds between looks at the storage while waiting
+_CLAIM_POLL_S = 0.02
 
-    Failed trials do not count (their candidate may be retried) and neither do duplicates.
+
+def worker_is_gone(t: FrozenTrial) -> bool:
+    """Whether the worker running ``t`` is a process of this host that no longer exists.
+
+    Each trial records its worker's host and pid (``worker`` user attribute). A trial of
+    another host, of a live process, or without the record is not known to be gone.
     """
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)):
-        if t.number != number and t.user_attrs.get("candidate_key") == key and DUPLICATE_ATTR not in t.user_attrs:
+    w = t.user_attrs.get("worker") or {}
+    if w.get("host") != socket.gethostname() or not isinstance(w.get("pid"), int) or w["pid"] == os.getpid():
+        return False
+    try:
+        os.kill(w["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
+
+
+def evaluated_nothing(t: FrozenTrial) -> bool:
+    """A duplicate or a surplus trial: no prediction, no proxy run, no row in the results."""
+    return DUPLICATE_ATTR in t.user_attrs or SURPLUS_ATTR in t.user_attrs
+
+
+def counts_toward_n_trials(t: FrozenTrial) -> bool:
+    """A finished trial that counts toward ``n_trials``: COMPLETE, PRUNED or FAIL, except trials that
+    evaluated nothing and trials interrupted by Ctrl-C or a killed worker."""
+    if t.state not in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL) or evaluated_nothing(t):
+        return False
+    return not (t.state == TrialState.FAIL and str(t.user_attrs.get(FAIL_REASON_ATTR, "")).startswith(INTERRUPTED))
+
+
+def held_count(study: optuna.Study, *, before: int | None = None) -> int:
+    """Trials that count toward ``n_trials``, finished or in flight.
+
+    In flight: RUNNING trials of live workers that have posted their shape and are not
+    duplicates; with ``before``, only those numbered below it (the order parallel
+    workers agree on: see :func:`duplicate_of`).
+    """
+    held = 0
+    for t in study.get_trials(deepcopy=False):
+        if t.state == TrialState.RUNNING:
+            held += ("candidate_key" in t.user_attrs and not evaluated_nothing(t) and (before is None or t.number < before)
+                     and not worker_is_gone(t))
+        else:
+            held += counts_toward_n_trials(t)
+    return held
+
+
+def duplicate_of(study: optuna.Study, key: str, number: int, *, wait_s: float = 0.0) -> int | None:
+    """The trial that holds candidate ``key`` ahead of trial ``number``, else None.
+
+    A finished trial (COMPLETE or PRUNED) with the key holds it; failed trials do not
+    (their candidate may be tried again) and neither do duplicates. Among trials RUNNING
+    with the key, on this worker or another, the lowest-numbered holds it (the storage
+    hands out each number once); a trial started from the queue (``enqueue_trial``: its
+    number is given when queued, long before it starts) also yields to running trials
+    that started before it.
+
+    Parallel workers: each trial posts its key (user attribute ``candidate_key``) before
+    calling this, and with ``wait_s`` > 0 it first waits until every lower-numbered
+    running trial has posted one (they are sampling), at most ``wait_s`` seconds;
+    trials of dead workers on this host are not waited for. So of two workers that
+    sample the same shape at the same moment, exactly one evaluates it: the
+    higher-numbered one sees the lower one's key. (Rare exception: a queued trial and
+    a trial that started before it may both yield, leaving that shape to a later proposal;
+    neither evaluates it twice.)
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING))
+        if wait_s <= 0 or time.monotonic() >= deadline or not any(
+            t.state == TrialState.RUNNING and t.number < number and "candidate_key" not in t.user_attrs
+            and not worker_is_gone(t)
+            for t in trials
+        ):
+            break
+        time.sleep(_CLAIM_POLL_S)
+    me = next((t for t in trials if t.number == number), None)
+    queued = me is not None and "fixed_params" in me.system_attrs
+    for t in trials:
+        if t.number == number or t.user_attrs.get("candidate_key") != key or evaluated_nothing(t):
+            continue
+        if t.state != TrialState.RUNNING or t.number < number:
+            return t.number
+        if queued and t.datetime_start is not None and me.datetime_start is not None and t.datetime_start <= me.datetime_start:
             return t.number
     return None
 
@@ -312,7 +406,9 @@ class Objective:
     def _run(self, trial: optuna.Trial) -> tuple[float, ...]:
         cfg = self.cfg
         cand = suggest_candidate(trial, cfg.space, cfg.deployment)
-        original = duplicate_of(trial.study, candidate_key(cand), trial.number)
+        key = candidate_key(cand)
+        trial.set_user_attr("candidate_key", key)  # posted before the check: parallel workers see it in flight
+        original = duplicate_of(trial.study, key, trial.number, wait_s=CLAIM_WAIT_S)
         if original is not None:
             # Evaluated (or being evaluated) already: no second proxy run, no second row in the results, and
             # it does not count toward n_trials. PRUNED, so TPE ranks it after the evaluated trials; and the
@@ -327,6 +423,13 @@ class Objective:
             else:
                 trial.set_user_attr(EXHAUSTED_ATTR, True)
             raise optuna.TrialPruned(f"duplicate of trial {original}")
+        held = held_count(trial.study, before=trial.number)
+        if held >= cfg.n_trials:
+            # Parallel workers: the study holds n_trials, finished or in flight on other workers, though this
+            # worker's study.optimize had not stopped yet when Optuna created the trial. Not evaluated, not counted.
+            trial.set_user_attr(SURPLUS_ATTR, held)
+            trial.set_user_attr("shape", shape_label(cand.arch))
+            raise optuna.TrialPruned(f"not evaluated: {held} trials toward n_trials={cfg.n_trials} are finished or in flight")
         ev = evaluate(cand, cfg, self.gpu, self.names)
         for key, value in ev.attrs.items():
             trial.set_user_attr(key, value)

@@ -29,7 +29,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +38,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from search.config import OBJECTIVES
+from search.files import atomic_path, write_atomic
 from search.objective import INTERACTIVE_ATTR, PERF_ATTR
 
 __all__ = [
@@ -101,9 +101,24 @@ def _number(v: Any) -> bool:
 
 
 def _write_html(fig: Any, path: Path) -> str:
-    """Write ``fig`` for offline viewing; return its HTML for W&B (plotly from the CDN)."""
-    fig.write_html(path, include_plotlyjs="directory")
+    """Write ``fig`` for offline viewing; return its HTML for W&B (plotly from the CDN).
+
+    The page loads ``plotly.min.js`` from its own directory; both are written whole
+    (:func:`search.files.write_atomic`): parallel workers redraw the same plots.
+    """
+    bundle = path.parent / "plotly.min.js"
+    if not bundle.is_file():
+        from plotly.offline import get_plotlyjs
+
+        write_atomic(bundle, get_plotlyjs())
+    write_atomic(path, fig.to_html(include_plotlyjs="directory", full_html=True))
     return fig.to_html(include_plotlyjs="cdn", full_html=True)
+
+
+def _savefig(fig: Any, path: Path) -> None:
+    """``fig.savefig`` to ``path``, written whole (a temporary file ending in the same suffix, then renamed)."""
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=_DPI, bbox_inches="tight")
 
 
 def _grid(n: int) -> tuple[int, int]:
@@ -207,7 +222,7 @@ def _pairwise_png(points: Sequence[Mapping[str, Any]], pairs: Sequence[tuple[str
         axes.flat[0].legend(fontsize=8, loc="best")
         fig.suptitle(f"objectives pairwise: {len(front)} Pareto-optimal of {len(points)} feasible complete trials")
         fig.tight_layout()
-        fig.savefig(path, dpi=_DPI, bbox_inches="tight")
+        _savefig(fig, path)
     finally:
         plt.close(fig)
 
@@ -494,7 +509,7 @@ def _serving_png(members: Sequence[MemberCurves], title: str, path: Path) -> Non
         ax.grid(True, which="major", alpha=0.3)
         ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
         fig.tight_layout()
-        fig.savefig(path, dpi=_DPI, bbox_inches="tight")
+        _savefig(fig, path)
     finally:
         plt.close(fig)
 
@@ -523,10 +538,8 @@ def serving_curves(
     out.mkdir(parents=True, exist_ok=True)
     title = _title(members, total, gpu)
     _serving_png(members, title, out / "serving_curves.png")
-    tmp = out / "serving_curves.json.tmp"
-    tmp.write_text(json.dumps({"gpu": gpu.name, "front_size": total, "members": [m.to_dict() for m in members]},
-                              indent=1))
-    os.replace(tmp, out / "serving_curves.json")
+    write_atomic(out / "serving_curves.json",
+                 json.dumps({"gpu": gpu.name, "front_size": total, "members": [m.to_dict() for m in members]}, indent=1))
     return {"serving_curves": _write_html(serving_curves_figure(members, title=title), out / "serving_curves.html")}
 
 
@@ -539,7 +552,7 @@ def _hypervolume_history(study: optuna.Study, ref: Sequence[float], out: Path) -
         html = _write_html(fig, out / "hypervolume_history.html")
         ax = optuna.visualization.matplotlib.plot_hypervolume_history(study, reference_point=list(ref))
     try:
-        ax.figure.savefig(out / "hypervolume_history.png", dpi=_DPI, bbox_inches="tight")
+        _savefig(ax.figure, out / "hypervolume_history.png")
     finally:
         plt.close(ax.figure)
     return {"hypervolume_history": html}

@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from search.files import write_atomic
+
 __all__ = ["HIDDEN", "redact", "redact_files", "hydra_files", "redact_log_records", "redacted_argv", "is_secret_key"]
 
 HIDDEN = "***"
@@ -71,7 +73,7 @@ def redact_files(paths: Iterable[str | Path]) -> list[Path]:
         text = path.read_text()
         hidden = redact(text)
         if hidden != text:
-            path.write_text(hidden)
+            write_atomic(path, hidden)  # whole: parallel workers of one study share the run dir
             rewritten.append(path)
     return rewritten
 

@@ -13,6 +13,8 @@ Files in the run directory (rewritten after every trial and at the end):
   hypervolume history).
 
 Every shape appears once: a duplicate proposal (search/objective.py) has no row.
+Each file is replaced whole (:mod:`search.files`), so parallel workers rewriting them
+never leave one half-written or holding another's content.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -28,7 +29,17 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from search.config import OBJECTIVES
-from search.objective import DUPLICATE_ATTR, FAIL_REASON_ATTR, INFEASIBLE_ATTR, INTERACTIVE_ATTR, LOSS_CURVE_ATTR, PERF_ATTR
+from search.files import atomic_path, write_atomic
+from search.objective import (
+    DUPLICATE_ATTR,
+    FAIL_REASON_ATTR,
+    INFEASIBLE_ATTR,
+    INTERACTIVE_ATTR,
+    LOSS_CURVE_ATTR,
+    PERF_ATTR,
+    SURPLUS_ATTR,
+    evaluated_nothing,
+)
 from search.space import human_count
 
 __all__ = [
@@ -89,8 +100,8 @@ def _reason(t: FrozenTrial) -> str | None:
 def trial_rows(study: optuna.Study, objectives: Sequence[str]) -> list[dict[str, Any]]:
     """One flat row per finished trial (numbers in SI-ish display units named in the keys).
 
-    Duplicates (a shape the study already held, see search/objective.py) are left out:
-    every shape appears once.
+    Duplicates (a shape the study already held, see search/objective.py) and surplus
+    trials of parallel workers are left out: every shape appears once.
     """
     try:
         front = {t.number for t in study.best_trials}
@@ -99,7 +110,7 @@ def trial_rows(study: optuna.Study, objectives: Sequence[str]) -> list[dict[str,
     return [
         trial_row(t, objectives, pareto=t.number in front)
         for t in study.get_trials(deepcopy=False, states=FINISHED)
-        if DUPLICATE_ATTR not in t.user_attrs
+        if not evaluated_nothing(t)
     ]
 
 
@@ -209,19 +220,15 @@ def hypervolume(points: Sequence[Sequence[float]], ref: Sequence[float], directi
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", newline="") as f:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         w.writeheader()
         for r in rows:
             w.writerow({c: r.get(c) for c in columns})
-    os.replace(tmp, path)
 
 
 def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str, allow_nan=False))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, indent=2, default=str, allow_nan=False))
 
 
 def _finite(x: Any) -> Any:
@@ -256,7 +263,7 @@ def write_results(
     curves = {
         str(t.number): {"shape": t.user_attrs.get("shape"), "state": t.state.name, "tokens_loss": t.user_attrs[LOSS_CURVE_ATTR]}
         for t in study.get_trials(deepcopy=False, states=FINISHED)
-        if LOSS_CURVE_ATTR in t.user_attrs and DUPLICATE_ATTR not in t.user_attrs
+        if LOSS_CURVE_ATTR in t.user_attrs and not evaluated_nothing(t)
     }
     if curves:
         _write_json(run_dir / "loss_curves.json", curves)
@@ -279,6 +286,7 @@ def write_results(
         "pareto_size": len(front),
         "distinct_pareto_shapes": len({r["shape"] for r in front}),
         "duplicates_skipped": sum(1 for t in study.get_trials(deepcopy=False) if DUPLICATE_ATTR in t.user_attrs),
+        "surplus_skipped": sum(1 for t in study.get_trials(deepcopy=False) if SURPLUS_ATTR in t.user_attrs),
         "hypervolume_reference_point": ref,
         "hypervolume": hv,
         **(extra or {}),

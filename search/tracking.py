@@ -1,4 +1,4 @@
-"""Weights & Biases tracking: one run per evaluated trial, one summary run per invocation.
+"""Weights & Biases tracking: one run per evaluated trial, one summary run per study.
 
 - Trial runs (``group=study_name``, ``job_type="trial"``): the trial's parameters,
   full and proxy architectures, deployment and prediction as config; the proxy's
@@ -6,7 +6,8 @@
   ``WandbLogger``; the final state, objective values and reasons in the summary.
   Trials found infeasible before training get no run (they are rows of the summary
   table with their reason).
-- Summary run (``job_type="summary"``): a ``wandb.Table`` of every trial with a
+- Summary run (``job_type="summary"``, id ``summary-<study uid>``, written by the worker
+  that finishes last: :mod:`search.workers`): a ``wandb.Table`` of every trial with a
   ``pareto`` flag, scatter charts (loss vs tok/s/GPU; tok/s/GPU vs tok/s/user),
   and parallel coordinates as an interactive plotly figure (``wandb.Html``; W&B has
   no parallel-coordinates chart API, only the UI panel, which the table also feeds).
@@ -70,7 +71,8 @@ class NullTracker:
     def finish_trial(self, trial: FrozenTrial, row: dict[str, Any] | None) -> None:
         pass
 
-    def summary(self, rows: list[dict[str, Any]], objectives: list[str], figures: dict[str, Any]) -> str | None:
+    def summary(self, rows: list[dict[str, Any]], objectives: list[str], figures: dict[str, Any], *,
+                run_id: str | None = None) -> str | None:
         return None
 
     def close(self) -> None:
@@ -91,11 +93,14 @@ class WandbTracker:
         self._runs: dict[int, Any] = {}
         logging.getLogger("wandb").setLevel(logging.WARNING)
 
-    def _init(self, *, name: str, job_type: str, config: dict[str, Any]) -> Any:
-        """A new W&B run; its config and the command line W&B records in its metadata are redacted."""
+    def _init(self, *, name: str, job_type: str, config: dict[str, Any], run_id: str | None = None) -> Any:
+        """A new W&B run (or, with ``run_id``, that run resumed if it exists); its config and the
+        command line W&B records in its metadata are redacted."""
         t = self.cfg.tracking
+        resume = {"id": run_id, "resume": "allow"} if run_id else {}
         with redacted_argv():
             return self.wandb.init(
+                **resume,
                 project=t.project,
                 entity=t.entity,
                 group=self.study_name,
@@ -152,8 +157,12 @@ class WandbTracker:
             run.summary[k] = v
         run.finish(exit_code=0 if trial.state != TrialState.FAIL else 1)
 
-    def summary(self, rows: list[dict[str, Any]], objectives: list[str], figures: dict[str, Any]) -> str | None:
+    def summary(self, rows: list[dict[str, Any]], objectives: list[str], figures: dict[str, Any], *,
+                run_id: str | None = None) -> str | None:
         """Log the all-trials table, charts and figures to a ``job_type="summary"`` run; return its dir.
+
+        ``run_id``: the study's summary run id (:func:`search.workers.summary_run_id`), so every
+        worker and every later run of the study logs into one W&B run (``resume="allow"``).
 
         Each figure is logged as ``wandb.Html`` (``plots/<name>``) and, when
         :func:`search.plots.write_plots` wrote its PNG, as ``wandb.Image``
@@ -167,6 +176,7 @@ class WandbTracker:
             name=f"{self.study_name}-summary",
             job_type="summary",
             config={"study_name": self.study_name, "objectives": objectives, "n_trials": self.cfg.n_trials},
+            run_id=run_id,
         )
         columns = sorted({k for r in rows for k in r}, key=lambda k: _COLUMN_ORDER.get(k, 100))
         data = [[_cell(r.get(c)) for c in columns] for r in rows]

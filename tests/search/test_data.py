@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from search.config import DataConfig
-from search.data import ArrayDataModule, RandomWindows, TokenWindows, _is_val, build_stdlib_corpus, make_datamodule
+from search.corpus import _is_val
+from search.data import ArrayDataModule, RandomWindows, TokenWindows, build_stdlib_corpus, make_datamodule
 
 
 def test_stdlib_corpus_split_is_deterministic_and_cached(tmp_path):
@@ -23,7 +24,7 @@ def test_stdlib_corpus_split_is_deterministic_and_cached(tmp_path):
     assert (train2, val2) == (train, val) and train.stat().st_mtime_ns == mtime  # cached, not rebuilt
     # the split depends only on the relative path: another process with another hash seed splits alike
     paths = [f"pkg/m{i}.py" for i in range(200)]
-    code = f"from search.data import _is_val; print([_is_val(p, 0.05) for p in {paths!r}])"
+    code = f"from search.corpus import _is_val; print([_is_val(p, 0.05) for p in {paths!r}])"
     other = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": "12345"},
                            capture_output=True, text=True, check=True).stdout.strip()
     assert other == str([_is_val(p, 0.05) for p in paths]) and "True" in other
