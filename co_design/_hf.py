@@ -7,115 +7,208 @@ Llama 3 (``llama``), Qwen2/Qwen3 (``qwen2``, ``qwen3``), Qwen2-MoE/Qwen3-MoE
 model sits under ``text_config``). Any other ``model_type`` is refused
 (ArchitectureError naming it and the supported ones) rather than read as a Llama;
 a config without ``model_type`` is read as ``llama``.
+
+Every key is read by type, as ``transformers`` would need it: a size must be a JSON
+integer, a switch a JSON ``true``/``false`` (the string ``"false"`` is refused, not
+read as true), ``rope_theta`` a number, ``hidden_act`` a string. A wrong one ends
+in an ArchitectureError naming the HF key; an inconsistency that
+:class:`~co_design.arch.Architecture` finds names its field and the HF key it came
+from.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import re
+from typing import TYPE_CHECKING, Any, Mapping
 
-from co_design.arch import MLA, ArchitectureError
+from co_design.arch import ArchitectureError
 
-__all__ = ["architecture_kwargs_from_hf"]
+if TYPE_CHECKING:
+    from co_design.arch import Architecture
+
+__all__ = ["architecture_kwargs_from_hf", "architecture_from_hf"]
 
 # model_type values this module translates (``*_text`` variants read as their family)
 _FAMILIES = ("deepseek_v2", "deepseek_v3", "gpt_oss", "llama", "llama4", "mixtral", "qwen2", "qwen2_moe", "qwen3",
              "qwen3_moe")
+_MISSING = object()
 
 
-def _get(cfg: Mapping[str, Any], key: str, model_type: str) -> Any:
-    if key not in cfg or cfg[key] is None:
-        raise ArchitectureError(f"HF config ({model_type}) is missing {key!r}, needed to describe the model")
-    return cfg[key]
+class _Reader:
+    """Typed reads of one HF config; remembers which HF key each Architecture field came from."""
+
+    def __init__(self, cfg: Mapping[str, Any], model_type: str) -> None:
+        self.cfg, self.mt = cfg, model_type
+        self.source: dict[str, str] = {}  # Architecture field -> HF key
+
+    def _fail(self, msg: str) -> ArchitectureError:
+        return ArchitectureError(f"HF config ({self.mt}): {msg}")
+
+    def _absent(self, key: str, default: Any) -> Any:
+        """The value of a key that is absent or null: ``default``, or an error when it is required."""
+        if default is _MISSING:
+            raise self._fail(f"missing {key!r}, needed to describe the model")
+        return default
+
+    def integer(self, key: str, default: Any = _MISSING, *, minimum: int = 1, field: str | None = None) -> Any:
+        value = self.cfg.get(key)
+        if value is None:
+            return self._absent(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self._fail(f"{key} must be an integer >= {minimum}, got {value!r}")
+        if field:
+            self.source[field] = key
+        return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.cfg.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self._fail(f"{key} must be true or false (a JSON boolean, not a string or number), got {value!r}")
+        return value
+
+    def number(self, key: str, default: float, *, field: str) -> float:
+        value = self.cfg.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self._fail(f"{key} must be a number, got {value!r}")
+        self.source[field] = key
+        return value
+
+    def string(self, key: str, default: Any) -> Any:
+        value = self.cfg.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            raise self._fail(f"{key} must be a string, got {value!r}")
+        return value
+
+
+def _model_type(config: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    """The text model's config (Llama-4 nests it under ``text_config``) and its family."""
+    text = config.get("text_config")
+    if text is not None and not isinstance(text, Mapping):
+        raise ArchitectureError(f"HF config: text_config must be an object of the text model's keys, got {text!r}")
+    if text is not None:
+        cfg = dict(text)
+        cfg.setdefault("model_type", config.get("model_type", "llama4"))
+    else:
+        cfg = dict(config)
+    mt = cfg.get("model_type", "llama")
+    if not isinstance(mt, str) or mt.removesuffix("_text") not in _FAMILIES:
+        raise ArchitectureError(f"HF config model_type={mt!r} is not a supported model family "
+                                f"(supported: {', '.join(_FAMILIES)}); describe the model as a project YAML of "
+                                "Architecture fields instead")
+    return cfg, mt.removesuffix("_text")
 
 
 def architecture_kwargs_from_hf(config: Mapping[str, Any], *, name: str | None = None) -> dict[str, Any]:
     """Translate an HF config mapping into Architecture keyword arguments."""
-    if "text_config" in config and isinstance(config["text_config"], Mapping):
-        cfg = dict(config["text_config"])
-        cfg.setdefault("model_type", config.get("model_type", "llama4"))
-    else:
-        cfg = dict(config)
-    mt = str(cfg.get("model_type", "llama")).removesuffix("_text")
-    if mt not in _FAMILIES:
-        raise ArchitectureError(f"HF config model_type={cfg.get('model_type')!r} is not a supported model family "
-                                f"(supported: {', '.join(_FAMILIES)}); describe the model as a project YAML of "
-                                "Architecture fields instead")
+    return _read(config, name)[0]
 
-    def need(key: str) -> Any:
-        return _get(cfg, key, mt)
 
+def architecture_from_hf(config: Mapping[str, Any], *, name: str | None = None) -> "Architecture":
+    """The Architecture of an HF config mapping; an inconsistency names the field and its HF key."""
+    from co_design.arch import Architecture
+
+    kw, r = _read(config, name)
+    try:
+        return Architecture(**kw)
+    except ArchitectureError as exc:
+        msg = str(exc)
+        named = [(f, k) for f, k in r.source.items() if f != k and re.search(rf"(?<![\w.]){re.escape(f)}\b", msg)]
+        keys = [f"{f} is {k}" for f, k in named]
+        raise r._fail(msg + (f" (HF keys: {', '.join(keys)})" if keys else "")) from None
+
+
+def _read(config: Mapping[str, Any], name: str | None) -> tuple[dict[str, Any], _Reader]:
+    cfg, mt = _model_type(config)
+    r = _Reader(cfg, mt)
+    heads = r.integer("num_attention_heads", field="heads")
     kw: dict[str, Any] = dict(
-        hidden=need("hidden_size"),
-        layers=need("num_hidden_layers"),
-        heads=need("num_attention_heads"),
-        kv_heads=cfg.get("num_key_value_heads") or need("num_attention_heads"),
-        head_dim=cfg.get("head_dim"),
-        ffn=need("intermediate_size"),
-        vocab=need("vocab_size"),
-        tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        attention_bias=bool(cfg.get("attention_bias", mt in ("qwen2", "qwen2_moe"))),
-        gated_ffn=str(cfg.get("hidden_act", "silu")) not in ("gelu", "gelu_new", "relu"),
-        rope_theta=float(cfg.get("rope_theta") or 10000.0),
-        name=name or cfg.get("_name_or_path") or mt,
+        hidden=r.integer("hidden_size", field="hidden"),
+        layers=r.integer("num_hidden_layers", field="layers"),
+        heads=heads,
+        kv_heads=r.integer("num_key_value_heads", heads, field="kv_heads"),
+        head_dim=r.integer("head_dim", None, field="head_dim"),
+        ffn=r.integer("intermediate_size", field="ffn"),
+        vocab=r.integer("vocab_size", field="vocab"),
+        tied_embeddings=r.flag("tie_word_embeddings", False),
+        attention_bias=r.flag("attention_bias", mt in ("qwen2", "qwen2_moe")),
+        gated_ffn=r.string("hidden_act", "silu") not in ("gelu", "gelu_new", "relu"),
+        rope_theta=r.number("rope_theta", 10000.0, field="rope_theta"),
+        name=name or r.string("_name_or_path", None) or mt,
     )
-    if cfg.get("sliding_window") and cfg.get("use_sliding_window", True):
-        kw["sliding_window"] = int(cfg["sliding_window"])
+    window = r.integer("sliding_window", None, minimum=0, field="sliding_window")
+    if window and r.flag("use_sliding_window", True):
+        kw["sliding_window"] = window
         layer_types = cfg.get("layer_types")
+        if layer_types is not None and (not isinstance(layer_types, list)
+                                        or not all(isinstance(t, str) for t in layer_types)):
+            raise r._fail(f"layer_types must be a list of strings such as 'full_attention', got {layer_types!r}")
         if layer_types:
+            if len(layer_types) != kw["layers"]:
+                raise r._fail(f"layer_types has {len(layer_types)} entries but num_hidden_layers={kw['layers']}; "
+                              "give one per layer")
             full = [i for i, t in enumerate(layer_types) if t == "full_attention"]
             if full:
                 step = full[0] + 1
                 if full != list(range(step - 1, len(layer_types), step)):
-                    raise ArchitectureError(f"HF config ({mt}): layer_types pattern {layer_types} is not periodic")
+                    raise r._fail(f"layer_types pattern {layer_types} is not periodic")
                 kw["full_attention_every"] = step
 
     if mt == "deepseek_v3" or mt == "deepseek_v2":
         kw.update(
-            experts=need("n_routed_experts"),
-            experts_per_token=need("num_experts_per_tok"),
-            shared_experts=int(cfg.get("n_shared_experts") or 0),
-            expert_ffn=need("moe_intermediate_size"),
-            dense_layers=int(cfg.get("first_k_dense_replace") or 0),
-            moe_every=int(cfg.get("moe_layer_freq") or 1),
-            mla=MLA(
-                kv_lora_rank=need("kv_lora_rank"),
-                qk_nope_head_dim=need("qk_nope_head_dim"),
-                qk_rope_head_dim=need("qk_rope_head_dim"),
-                v_head_dim=need("v_head_dim"),
-                q_lora_rank=int(cfg.get("q_lora_rank") or 0),
+            experts=r.integer("n_routed_experts", field="experts"),
+            experts_per_token=r.integer("num_experts_per_tok", field="experts_per_token"),
+            shared_experts=r.integer("n_shared_experts", 0, minimum=0, field="shared_experts"),
+            expert_ffn=r.integer("moe_intermediate_size", field="expert_ffn"),
+            dense_layers=r.integer("first_k_dense_replace", 0, minimum=0, field="dense_layers"),
+            moe_every=r.integer("moe_layer_freq", 1, field="moe_every"),
+            mla=dict(  # a mapping: Architecture builds the MLA, so its errors name the HF key too
+                kv_lora_rank=r.integer("kv_lora_rank", field="mla.kv_lora_rank"),
+                qk_nope_head_dim=r.integer("qk_nope_head_dim", field="mla.qk_nope_head_dim"),
+                qk_rope_head_dim=r.integer("qk_rope_head_dim", field="mla.qk_rope_head_dim"),
+                v_head_dim=r.integer("v_head_dim", field="mla.v_head_dim"),
+                q_lora_rank=r.integer("q_lora_rank", 0, minimum=0, field="mla.q_lora_rank"),
             ),
         )
-        kw["head_dim"] = need("v_head_dim")
+        kw["head_dim"] = r.integer("v_head_dim", field="head_dim")
     elif mt in ("qwen3_moe", "qwen2_moe"):
         if cfg.get("mlp_only_layers"):
-            raise ArchitectureError(f"HF config ({mt}): mlp_only_layers is not supported; only leading dense layers are")
+            raise r._fail("mlp_only_layers is not supported; only leading dense layers are")
         kw.update(
-            experts=need("num_experts"),
-            experts_per_token=need("num_experts_per_tok"),
-            expert_ffn=need("moe_intermediate_size"),
-            moe_every=int(cfg.get("decoder_sparse_step") or 1),
+            experts=r.integer("num_experts", field="experts"),
+            experts_per_token=r.integer("num_experts_per_tok", field="experts_per_token"),
+            expert_ffn=r.integer("moe_intermediate_size", field="expert_ffn"),
+            moe_every=r.integer("decoder_sparse_step", 1, field="moe_every"),
         )
-        if cfg.get("shared_expert_intermediate_size"):
-            kw.update(shared_experts=1, shared_expert_ffn=int(cfg["shared_expert_intermediate_size"]))
+        shared_ffn = r.integer("shared_expert_intermediate_size", 0, minimum=0, field="shared_expert_ffn")
+        if shared_ffn:
+            kw.update(shared_experts=1, shared_expert_ffn=shared_ffn)
     elif mt == "mixtral":
-        kw.update(experts=need("num_local_experts"), experts_per_token=need("num_experts_per_tok"))
+        kw.update(experts=r.integer("num_local_experts", field="experts"),
+                  experts_per_token=r.integer("num_experts_per_tok", field="experts_per_token"))
     elif mt == "gpt_oss":
+        top_k = r.integer("num_experts_per_tok", None, field="experts_per_token")
         kw.update(
-            experts=need("num_local_experts"),
-            experts_per_token=cfg.get("num_experts_per_tok") or need("experts_per_token"),
+            experts=r.integer("num_local_experts", field="experts"),
+            experts_per_token=top_k or r.integer("experts_per_token", field="experts_per_token"),
             attention_bias=True,
         )
     elif mt == "llama4":
-        step = int(cfg.get("interleave_moe_layer_step") or 1)
         kw.update(
-            experts=need("num_local_experts"),
-            experts_per_token=need("num_experts_per_tok"),
+            experts=r.integer("num_local_experts", field="experts"),
+            experts_per_token=r.integer("num_experts_per_tok", field="experts_per_token"),
             shared_experts=1,  # Llama-4's MoE always adds one shared expert
-            expert_ffn=need("intermediate_size"),
-            ffn=int(cfg.get("intermediate_size_mlp") or need("intermediate_size")),
-            moe_every=step,
+            expert_ffn=r.integer("intermediate_size", field="expert_ffn"),
+            ffn=r.integer("intermediate_size_mlp", kw["ffn"], field="ffn"),
+            moe_every=r.integer("interleave_moe_layer_step", 1, field="moe_every"),
         )
-        if cfg.get("attention_chunk_size"):
+        chunk = r.integer("attention_chunk_size", None, minimum=0, field="sliding_window")
+        if chunk:
             # Chunked local attention on 3 of 4 layers; every 4th layer is global (no RoPE).
-            kw.update(sliding_window=int(cfg["attention_chunk_size"]), full_attention_every=4)
-    return kw
+            kw.update(sliding_window=chunk, full_attention_every=4)
+    return kw, r

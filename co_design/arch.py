@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 __all__ = ["MLA", "Architecture", "ParamCounts", "ArchitectureError"]
 
@@ -26,12 +27,68 @@ class ArchitectureError(ValueError):
     """An architecture field is missing, of the wrong type or inconsistent."""
 
 
-def _check_positive(name: str, value: Any, *, allow_zero: bool = False) -> None:
+# Upper bounds on sizes, far above any published model (largest: vocab 262,144, ffn 73,728, 384 experts,
+# 126 layers). They keep the performance model's products finite floats and its per-layer sums
+# (co_design.perf.memory sums the KV cache layer by layer) to milliseconds; 10**12 layers hung it.
+_MAX_SIZE = 2**24
+_MAX_LAYERS = 2**16
+
+
+def _check_positive(name: str, value: Any, *, allow_zero: bool = False, maximum: int | None = _MAX_SIZE) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ArchitectureError(f"{name} must be an integer, got {value!r}")
     if value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else ">= 1"
         raise ArchitectureError(f"{name} must be {bound}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ArchitectureError(f"{name}={value} is beyond any real model (and what the performance model can "
+                                f"cost); use {name} <= {maximum:,}")
+
+
+def _crt(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int] | None:
+    """The residue class (r, P) of the n with n ≡ a[0] (mod a[1]) and n ≡ b[0] (mod b[1]); None if none."""
+    (r1, m1), (r2, m2) = a, b
+    g = math.gcd(m1, m2)
+    if (r2 - r1) % g:
+        return None
+    # n = r1 + m1·t with m1·t ≡ r2 - r1 (mod m2), so t ≡ (r2 - r1)/g · (m1/g)⁻¹ (mod m2/g)
+    t = (r2 - r1) // g * pow(m1 // g, -1, m2 // g) % (m2 // g)
+    period = m1 // g * m2
+    return (r1 + m1 * t) % period, period
+
+
+def _count_in(cls: tuple[int, int] | None, lo: int, hi: int) -> int:
+    """How many n in [lo, hi] lie in the residue class ``cls`` = (r, P)."""
+    if cls is None or hi < lo:
+        return 0
+    r, p = cls
+    return (hi - r) // p - (lo - 1 - r) // p
+
+
+def _first_in(cls: tuple[int, int] | None, lo: int) -> int | None:
+    """The smallest n >= lo in the residue class ``cls`` = (r, P)."""
+    return None if cls is None else lo + (cls[0] - lo) % cls[1]
+
+
+def _first_of(candidates: tuple[int, ...], ok: Callable[[int], Any]) -> int | None:
+    return next((n for n in candidates if ok(n)), None)
+
+
+def _check_bool(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ArchitectureError(f"{name} must be true or false (a boolean, not a string or number), got {value!r}")
+
+
+def _mla_from_mapping(data: Mapping[str, Any]) -> "MLA":
+    """An :class:`MLA` from a mapping of its fields; ArchitectureError naming unknown or missing ones."""
+    fields = {f.name: f for f in dataclasses.fields(MLA)}
+    unknown = sorted(set(data) - set(fields), key=str)
+    if unknown:
+        raise ArchitectureError(f"unknown mla field(s) {unknown}; known: {sorted(fields)}")
+    missing = [n for n, f in fields.items() if f.default is dataclasses.MISSING and n not in data]
+    if missing:
+        raise ArchitectureError(f"mla is missing required field(s) {missing}")
+    return MLA(**data)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,6 +153,12 @@ class Architecture:
     ``kv_heads`` defaults to ``heads`` (MHA) and ``head_dim`` to
     ``hidden // heads`` (which must then divide exactly); ``expert_ffn``
     defaults to ``ffn`` and ``shared_expert_ffn`` to ``expert_ffn``.
+
+    Every field is checked on construction, ArchitectureError naming it: sizes
+    are integers (at most 2**24; ``layers`` at most 2**16), switches real
+    booleans (the string ``"false"`` is refused, not read as true),
+    ``rope_theta`` a finite number, ``mla`` an :class:`MLA` or a mapping of its
+    fields.
     """
 
     hidden: int
@@ -124,8 +187,13 @@ class Architecture:
     name: str = field(default="model", compare=False)
 
     def __post_init__(self) -> None:
-        for name in ("hidden", "layers", "heads", "ffn", "vocab"):
+        if not isinstance(self.name, str):
+            raise ArchitectureError(f"name must be a string, got {self.name!r}")
+        for name in ("gated_ffn", "tied_embeddings", "attention_bias"):
+            _check_bool(name, getattr(self, name))
+        for name in ("hidden", "heads", "ffn", "vocab"):
             _check_positive(name, getattr(self, name))
+        _check_positive("layers", self.layers, maximum=_MAX_LAYERS)
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
         _check_positive("kv_heads", self.kv_heads)
@@ -141,9 +209,11 @@ class Architecture:
                 )
             object.__setattr__(self, "head_dim", self.hidden // self.heads)
         _check_positive("head_dim", self.head_dim)
-        for name in ("experts", "experts_per_token", "shared_experts", "dense_layers", "full_attention_every"):
+        for name in ("experts", "experts_per_token", "shared_experts"):
             _check_positive(name, getattr(self, name), allow_zero=True)
-        _check_positive("moe_every", self.moe_every)
+        for name in ("dense_layers", "full_attention_every"):  # layer counts: anything above layers is moot
+            _check_positive(name, getattr(self, name), allow_zero=True, maximum=None)
+        _check_positive("moe_every", self.moe_every, maximum=None)
         if self.experts:
             if not 1 <= self.experts_per_token <= self.experts:
                 raise ArchitectureError(
@@ -164,11 +234,17 @@ class Architecture:
         _check_positive("expert_ffn", self.expert_ffn)
         _check_positive("shared_expert_ffn", self.shared_expert_ffn)
         if self.sliding_window is not None:
-            _check_positive("sliding_window", self.sliding_window)
+            _check_positive("sliding_window", self.sliding_window, maximum=None)  # tokens; min(context, window)
         if isinstance(self.mla, Mapping):
-            object.__setattr__(self, "mla", MLA(**self.mla))
-        if self.rope_theta <= 0:
-            raise ArchitectureError(f"rope_theta must be > 0, got {self.rope_theta}")
+            object.__setattr__(self, "mla", _mla_from_mapping(self.mla))
+        elif self.mla is not None and not isinstance(self.mla, MLA):
+            names = ", ".join(f.name for f in dataclasses.fields(MLA))
+            raise ArchitectureError(f"mla must be a mapping of MLA fields ({names}) or absent for standard "
+                                    f"attention, got {self.mla!r}")
+        theta = self.rope_theta
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not (math.isfinite(theta) and theta > 0):
+            raise ArchitectureError(f"rope_theta must be a finite number > 0 (e.g. 10000.0), got {theta!r}")
+        object.__setattr__(self, "rope_theta", float(theta))
 
     # ----------------------------------------------------------------- layers
     @property
@@ -181,8 +257,8 @@ class Architecture:
 
     @property
     def moe_layers(self) -> int:
-        """Number of layers with an MoE FFN."""
-        return sum(self.layer_is_moe(i) for i in range(self.layers))
+        """Number of layers with an MoE FFN: ⌊(layers - dense_layers) / moe_every⌋ (see :meth:`layer_is_moe`)."""
+        return max(0, self.layers - self.dense_layers) // self.moe_every if self.is_moe else 0
 
     def layer_window(self, i: int) -> int | None:
         """Attention span limit of layer ``i`` in tokens, or None for full attention."""
@@ -191,6 +267,39 @@ class Architecture:
         if self.full_attention_every and (i + 1) % self.full_attention_every == 0:
             return None
         return self.sliding_window
+
+    def layer_kinds(self) -> tuple[tuple[bool, int | None, int], ...]:
+        """``(is_moe, window, count)`` of each distinct layer kind, in order of first occurrence.
+
+        What ``[(layer_is_moe(i), layer_window(i)) for i in range(layers)]`` would tally, in closed form
+        (O(1) in layers). With n = i + 1 the 1-based layer number, layer n is MoE when n > d and
+        n ≡ d (mod m) (d = ``dense_layers``, m = ``moe_every``) and runs full attention when n ≡ 0 (mod f)
+        (f = ``full_attention_every``; f = 1, every layer full, without ``sliding_window``; f = 0: none).
+        Of L layers ⌊(L - d) / m⌋ are MoE, ⌊L / f⌋ full, and the MoE-and-full ones are the n in (d, L] of
+        the one residue class mod lcm(m, f) that meets both congruences (Chinese remainder theorem), if any.
+        """
+        n_layers, d, m, window = self.layers, self.dense_layers, self.moe_every, self.sliding_window
+        f = 1 if window is None else self.full_attention_every
+        moe = (d % m, m) if self.is_moe else None  # MoE layers: this residue class, above d
+        moe_full = _crt(moe, (0, f)) if moe and f else None
+        n_moe, n_full = self.moe_layers, (n_layers // f if f else 0)
+        n_moe_full = _count_in(moe_full, d + 1, n_layers)
+        # First layer of each kind, for the order. Two candidates settle the MoE-local and the dense-full
+        # kinds: if d + m and d + 2m are both full, f divides m and every later MoE layer is full too (and
+        # likewise with m and f swapped). Layer 1 is dense and local whenever that kind exists at all.
+        first_moe_local = _first_of((d + m, d + 2 * m), lambda n: not f or n % f) if moe else None
+        if not f or f <= d:  # none, or the first full layer is among the leading dense ones
+            first_dense_full = f or None
+        else:
+            full_above_d = _first_in((0, f), d + 1)
+            first_dense_full = _first_of((full_above_d, full_above_d + f), lambda n: not moe or (n - d) % m)
+        kinds = [  # (first layer, is_moe, window, count); without a window only the full kinds count
+            (_first_in(moe_full, d + 1), True, None, n_moe_full),
+            (first_moe_local, True, window, n_moe - n_moe_full),
+            (first_dense_full, False, None, n_full - n_moe_full),
+            (1, False, window, n_layers - n_moe - n_full + n_moe_full),
+        ]
+        return tuple((is_moe, w, c) for _, is_moe, w, c in sorted(k for k in kinds if k[3] > 0))
 
     # ------------------------------------------------------------ attention
     @property
@@ -276,27 +385,20 @@ class Architecture:
     def from_dict(cls, data: Mapping[str, Any]) -> "Architecture":
         """Build from the project's own keys (this dataclass's field names)."""
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
+        unknown = sorted(set(data) - known, key=str)
         if unknown:
             raise ArchitectureError(f"unknown architecture field(s) {unknown}; known fields: {sorted(known)}")
         missing = [n for n in ("hidden", "layers", "heads", "ffn", "vocab") if n not in data]
         if missing:
             raise ArchitectureError(f"architecture is missing required field(s) {missing}")
-        data = dict(data)
-        if isinstance(data.get("mla"), Mapping):
-            mla_known = {f.name for f in dataclasses.fields(MLA)}
-            bad = sorted(set(data["mla"]) - mla_known)
-            if bad:
-                raise ArchitectureError(f"unknown mla field(s) {bad}; known: {sorted(mla_known)}")
-            data["mla"] = MLA(**data["mla"])
-        return cls(**data)
+        return cls(**data)  # __post_init__ reads an mla mapping
 
     @classmethod
     def from_hf_config(cls, config: Mapping[str, Any], *, name: str | None = None) -> "Architecture":
         """Build from a Hugging Face ``config.json`` mapping (see module docstring)."""
-        from co_design._hf import architecture_kwargs_from_hf
+        from co_design._hf import architecture_from_hf
 
-        return cls(**architecture_kwargs_from_hf(config, name=name))
+        return architecture_from_hf(config, name=name)
 
     @classmethod
     def load(cls, path: str | Path) -> "Architecture":
@@ -308,20 +410,71 @@ class Architecture:
         path = Path(path)
         if not path.is_file():
             raise ArchitectureError(f"architecture file {str(path)!r} does not exist")
-        text = path.read_text()
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError as exc:
+            raise ArchitectureError(f"{path}: not a UTF-8 text file ({exc.reason} at byte {exc.start}); "
+                                    "give an HF config.json or a project YAML") from None
+        empty = f"{path}: the file is empty; give an HF config.json or a project YAML of Architecture fields"
+        if not text.strip():
+            raise ArchitectureError(empty)
         if path.suffix in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text)
+            data = _load_yaml(text, path)
+            if data is None:  # comments only
+                raise ArchitectureError(empty)
         else:
             try:
-                data = json.loads(text)
+                data = json.loads(text, object_pairs_hook=_unique_keys)
             except json.JSONDecodeError as exc:
                 raise ArchitectureError(f"{path}: not valid JSON ({exc})") from None
+            except _DuplicateKey as exc:
+                raise ArchitectureError(f"{path}: key {exc.args[0]!r} appears twice; keep one") from None
         if not isinstance(data, Mapping):
-            raise ArchitectureError(f"{path}: expected a mapping of architecture fields, got {type(data).__name__}")
+            raise ArchitectureError(f"{path}: expected a mapping of architecture fields (an HF config.json object "
+                                    f"or a YAML of Architecture fields), got a {type(data).__name__}")
         if "model_type" in data or "architectures" in data or "text_config" in data:
             return cls.from_hf_config(data, name=path.parent.name if path.name == "config.json" else path.stem)
         data = dict(data)
         data.setdefault("name", path.stem)
         return cls.from_dict(data)
+
+
+class _DuplicateKey(Exception):
+    """A key given twice in one mapping of a model file (JSON and PyYAML would keep the last silently)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _load_yaml(text: str, path: Path) -> Any:
+    """``yaml.safe_load`` refusing a key given twice; ArchitectureError (one line) naming the file."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen = set()
+            for key_node, _ in node.value:
+                if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                    key = (key_node.tag, key_node.value)
+                    if key in seen:
+                        raise _DuplicateKey(key_node.value, key_node.start_mark.line + 1)
+                    seen.add(key)
+            return super().construct_mapping(node, deep)
+
+    try:
+        return yaml.load(text, Loader=Loader)
+    except _DuplicateKey as exc:
+        key, line = exc.args
+        raise ArchitectureError(f"{path}: key {key!r} appears twice (again at line {line}); keep one") from None
+    except yaml.YAMLError as exc:  # PyYAML's own text spans several lines: say what is wrong and where
+        problem = getattr(exc, "problem", None) or getattr(exc, "context", None)
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        if problem and mark is not None:
+            problem = f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+        raise ArchitectureError(f"{path}: not valid YAML ({problem or ' '.join(str(exc).split())})") from None

@@ -19,12 +19,14 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 __all__ = ["main", "build_parser"]
 
 _PRECISIONS = ("bf16", "fp8", "nvfp4")
 _EXIT_SLO = 3  # the SLO cannot be met by any operating point
+_MAX_GPUS = 2**20  # --pareto enumerates every tp dividing --gpus: bounded, a typo like 10**12 would hang it
 # CLI flag, SLO field, factor from the flag's unit to the field's (ms -> s)
 _SLO_FLAGS = (("--min-tokens-per-s-per-user", "min_tokens_per_s_per_user", 1.0),
               ("--max-ttft-ms", "max_ttft_s", 1e-3), ("--max-tpot-ms", "max_tpot_s", 1e-3))
@@ -109,11 +111,15 @@ def _predict(args: argparse.Namespace) -> int:
     try:
         arch = Architecture.load(args.config)
     except (ArchitectureError, ValueError, OSError) as exc:
-        return _fail(f"cannot read model CONFIG {args.config!r}: {exc}")
+        msg = str(exc).removeprefix(f"{Path(args.config)}: ")  # the file is named once, here
+        return _fail(f"cannot read model CONFIG {args.config!r}: {msg}")
     try:
         dep = Deployment(gpus=args.gpus, tp=args.tp, ep=args.ep, pp=args.pp, attention_dp=args.attention_dp,
                          helix=args.helix, weights=args.weights, activations=args.activations,
                          kv_cache=args.kv_cache, isl=args.isl, osl=args.osl, concurrency=args.concurrency)
+        if dep.gpus > _MAX_GPUS:
+            flags = "--gpus" if args.gpus is not None else "--tp x --pp"
+            return _fail(f"{flags} asks for {dep.gpus:,} GPUs; use at most {_MAX_GPUS:,}")
         for name in PRECISION_FIELDS:  # one table for predict, the callback and the search; named by flag here
             check_precision(gpu, name, getattr(dep, name), label="--" + name.replace("_", "-"))
         given = [(flag, field, v, v * unit) for flag, field, unit in _SLO_FLAGS

@@ -245,3 +245,39 @@ def test_version(capsys):
     assert main(["--version"]) == 0
     assert capsys.readouterr().out == f"co-design {pyproject['project']['version']}\n"
 
+
+
+HF_TINY = {"model_type": "llama", "hidden_size": 1024, "num_hidden_layers": 2, "num_attention_heads": 8,
+           "intermediate_size": 4096, "vocab_size": 32000}
+
+# (what is wrong, file name, file text, extra flags, fragment of the one-line error); each exits 2 before any work
+BAD_CLI = [
+    ("10**12 layers (hung)", "config.json", json.dumps({**HF_TINY, "num_hidden_layers": 10**12}), [],
+     "num_hidden_layers"),
+    ("bool as a string", "tiny.yaml", CONFIG + 'gated_ffn: "false"\n', [], "gated_ffn must be true or false"),
+    ("HF bool as a string", "config.json", json.dumps({**HF_TINY, "tie_word_embeddings": "false"}), [],
+     "tie_word_embeddings must be true or false"),
+    ("rope_theta a word", "config.json", json.dumps({**HF_TINY, "rope_theta": "big"}), [], "rope_theta"),
+    ("mla a number", "tiny.yaml", CONFIG + "mla: 5\n", [], "mla must be a mapping"),
+    ("float size", "config.json", json.dumps({**HF_TINY, "hidden_size": 4096.5}), [], "hidden_size"),
+    ("kv heads not dividing heads", "config.json", json.dumps({**HF_TINY, "num_key_value_heads": 3}), [],
+     "num_key_value_heads"),
+    ("malformed YAML", "tiny.yaml", "hidden: [1\n", [], "tiny.yaml': not valid YAML"),
+    ("malformed JSON", "config.json", '{"hidden_size": 1024,', [], "config.json': not valid JSON"),
+    ("empty file", "tiny.yaml", "", [], "the file is empty"),
+    ("JSON list", "config.json", "[1, 2]", [], "expected a mapping of architecture fields"),
+    ("10**9 GPUs on the Pareto sweep (hung)", "tiny.yaml", CONFIG, ["--gpus", "1000000000", "--pareto"], "--gpus"),
+    ("10**12 tp ranks on the Pareto sweep (hung)", "tiny.yaml", CONFIG, ["--tp", str(10**12), "--pareto"], "--tp"),
+]
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("what, filename, text, flags, fragment", BAD_CLI, ids=[c[0] for c in BAD_CLI])
+def test_bad_model_or_flags_exit_2_with_one_line(tmp_path, capsys, what, filename, text, flags, fragment):
+    p = tmp_path / filename
+    p.write_text(text)
+    assert main(["predict", str(p), "--no-advice", *flags]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and err.startswith("co-design predict: error: ")
+    assert fragment in err
+    assert err.count(str(p)) <= 1  # the file is named once

@@ -153,7 +153,10 @@ def busiest_rank_experts(experts: int, top_k: int, tokens: int, ep: int) -> floa
         return experts * p
     if p >= 1.0:
         return float(n)
-    pmf = [math.comb(n, j) * p ** j * (1 - p) ** (n - j) for j in range(n + 1)]
+    # pmf in log space: math.comb(n, j) overflows a float beyond n of about 1030
+    lp, lq = math.log(p), math.log1p(-p)
+    pmf = [math.exp(math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) + j * lp + (n - j) * lq)
+           for j in range(n + 1)]
     out, cdf = 0.0, 0.0
     for j in range(1, n + 1):
         cdf += pmf[j - 1]
@@ -273,13 +276,12 @@ def shards(arch: "Architecture", dep: Deployment) -> Shards:
 
 @lru_cache(maxsize=4096)
 def layer_kinds(arch: "Architecture", pp: int) -> tuple[tuple[bool, int | None, float], ...]:
-    """(is_moe, window, count on the slowest stage) for each distinct layer kind."""
-    counts: dict[tuple[bool, int | None], int] = {}
-    for i in range(arch.layers):
-        key = (arch.layer_is_moe(i), arch.layer_window(i))
-        counts[key] = counts.get(key, 0) + 1
+    """(is_moe, window, count on the slowest stage) for each distinct layer kind, in order of first occurrence.
+
+    O(1) in the number of layers: the counts come in closed form from :meth:`Architecture.layer_kinds`.
+    """
     scale = math.ceil(arch.layers / pp) / arch.layers
-    return tuple((moe, w, c * scale) for (moe, w), c in counts.items())
+    return tuple((moe, w, c * scale) for moe, w, c in arch.layer_kinds())
 
 
 class _Table:

@@ -44,6 +44,7 @@ Precision = Literal["bf16", "fp8", "nvfp4"]
 PRECISIONS: tuple[str, ...] = ("nvfp4", "fp8", "bf16")  # narrow -> wide
 BYTES_PER_ELEMENT: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "nvfp4": 0.5625}
 _WIDTH = {"nvfp4": 0, "fp8": 1, "bf16": 2}
+_SWAP_AB_MAX_ROWS = 64  # tiles with fewer rows are swap-AB kernels for small M; their operand reuse is poor
 _MATH_BYTES = {"nvfp4": 0.5, "fp8": 1.0, "bf16": 2.0}  # element bytes inside the MMA (scales aside)
 
 
@@ -126,7 +127,9 @@ def gemm(gpu: "GPU", m: int, n: int, k: int, *, weights: str, activations: str, 
         the SMs, each SM's share rounded up to whole k-tiles, plus one fp32
         partial tile written and read per SM (the fix-up).
 
-      Tiles pad m and n (tile quantization) and K pads to ``gpu.k_tile_bytes`` of
+      Tiles of fewer than 64 rows are swap-AB kernels (the few tokens on the
+      MMA's N side): candidates only when M fits in one of them, since their
+      operand reuse is poor. Tiles pad m and n (tile quantization) and K pads to ``gpu.k_tile_bytes`` of
       the math format. A tile of rate r runs at ``r × peak[math_precision] ×
       gemm_efficiency × efficiency / sms`` FLOP/s per SM.
     * Tile latency: every tile an SM runs adds ``tile_overhead_s`` after the
@@ -167,6 +170,8 @@ def _gemm_cached(gpu: "GPU", m: int, n: int, k: int, weights: str, activations: 
     base_memory_s = base_bytes / bw
     best = None
     for tm, tn, spt, per_wave, rate in _tiles(gpu):
+        if tm < _SWAP_AB_MAX_ROWS and m > tm:
+            continue  # a swap-AB tile (tokens on the MMA's N side) serves a GEMM whose M fits in one tile
         tiles = -(-m // tm) * -(-n // tn) * groups  # tile quantization
         t_eff = m * n * groups / (tiles * tm * tn)
         tile_s = 2.0 * tm * tn / (rate_per_sm * rate * spt)  # seconds per K element of one tile

@@ -4,10 +4,11 @@ Steady state of in-flight batching (what an offline max-load benchmark
 measures): a replica keeps ``B`` requests in flight. Each iteration every one of
 them emits a token, and to keep the batch full ``B / OSL`` requests finish and as
 many start, so ``P = B · ISL / OSL`` prompt tokens enter per iteration on average.
-They do not enter evenly: a prompt (or, when it exceeds the room the decode tokens
-leave in the ``max_num_tokens`` budget, a chunk of it) rides whole in the iteration
-that admits it, and the other iterations decode only. An iteration's time is the
-mix ``(1 - f) · T(decode only) + f · T(decode + piece)`` with ``f = P / piece``;
+They do not enter evenly: a prompt rides whole in the iteration that admits it, or,
+when it exceeds the room the decode tokens leave in the ``max_num_tokens`` budget,
+as full chunks of that room and a last piece, one per iteration; the other
+iterations decode only. An iteration's time is the mix of those kinds weighted by
+how often they occur (q = P / ISL prompts start per iteration);
 for an MoE a decode-only step touches far fewer experts than one carrying a
 prompt. When prompts arrive faster than one piece per iteration, every iteration
 carries ``P`` tokens; when ``B + P`` exceeds the budget, every iteration runs as
@@ -105,14 +106,18 @@ def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica
         # (an MoE decode-only step touches far fewer experts). When prompt tokens arrive faster than one
         # piece per iteration, every iteration carries about `prompt` of them.
         chunks = 1
-        room = max(1.0, budget - mb)
-        piece = dep.isl / math.ceil(dep.isl / room - 1e-9)
-        if prompt >= piece:
+        room = max(1.0, math.floor(budget - mb))
+        n_pieces = math.ceil(dep.isl / room - 1e-9)  # a prompt: n_pieces - 1 full chunks of `room`, then the rest
+        q = prompt / dep.isl  # prompts admitted per iteration
+        if q * n_pieces >= 1.0:
             kinds = [(1.0, dict(decode=mb, context=context, prefill_tokens=prompt, prefill_len=dep.isl))]
         else:
-            f = prompt / piece  # share of iterations that carry a prompt piece
-            kinds = [(1.0 - f, dict(decode=mb, context=context, prefill_tokens=0.0, prefill_len=dep.isl)),
-                     (f, dict(decode=mb, context=context, prefill_tokens=piece, prefill_len=dep.isl))]
+            rest = dep.isl - (n_pieces - 1) * room
+            kinds = [(1.0 - q * n_pieces, dict(decode=mb, context=context, prefill_tokens=0.0, prefill_len=dep.isl)),
+                     (q, dict(decode=mb, context=context, prefill_tokens=rest, prefill_len=dep.isl))]
+            if n_pieces > 1:
+                kinds.append((q * (n_pieces - 1),
+                              dict(decode=mb, context=context, prefill_tokens=room, prefill_len=dep.isl)))
     by_bound: dict[str, float] = {}
     ops: list[OpCost] = []
     for weight, kw in kinds:
