@@ -6,6 +6,7 @@ Examples::
     python -m search hardware=gb200 space=moe n_trials=50 sampler=nsga2
     python -m search experiment=dense_1b_b200_fp8_vs_nvfp4
     python -m search --cfg job                          # print the composed config
+    python -m search --help                             # groups, options, recipes and keys
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ import hydra
 from omegaconf import DictConfig
 
 from search.app import main_entry
+from search.cli_help import register_help_resolver, unknown_key
 from search.config import register_configs
 from search.paths import register_resolvers, unknown_group_option
 from search.redact import redact_log_records
 
 register_configs()
 register_resolvers()
+register_help_resolver()  # ${search_help:...} of conf/config.yaml's hydra.help (`--help`)
 redact_log_records()  # no password of a storage URL in any log line, Hydra's included
 
 
@@ -33,8 +36,10 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    problem = unknown_group_option(sys.argv[1:])
-    if problem:  # before Hydra, whose report of it is a dozen lines of search path
+    # before Hydra, whose report of an unknown option is a dozen lines of search path, and of an
+    # unknown key a hint to write +key=value (which the schema then refuses)
+    problem = unknown_key(sys.argv[1:]) or unknown_group_option(sys.argv[1:])
+    if problem:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
     main()
