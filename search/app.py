@@ -6,8 +6,9 @@ it with Hydra's run directory. Tests call it in-process with ``hydra.compose``.
 Resume: the study lives in its storage (default: ``<run dir>/study.journal``, and the
 run dir is ``outputs/<study_name>``), so the same command opens the same study.
 ``n_trials`` is the number of finished trials (COMPLETE + PRUNED + FAIL, trials
-interrupted by Ctrl-C or a killed process excepted) the study should hold; a second
-run only runs the remainder. Every finished trial is in the storage the moment it
+interrupted by Ctrl-C, a killed process or a lost heartbeat excepted) the study should hold; a
+second run only runs the remainder, starting with the shapes of interrupted trials (queued once each,
+user attribute ``retry_of``). Every finished trial is in the storage the moment it
 ends, so a crash or Ctrl-C loses only the trial in flight (a journal record a crash cut short
 is removed at the next start: :mod:`search.storage`).
 
@@ -54,6 +55,8 @@ from search.objective import (
     Objective,
     counts_toward_n_trials,
     held_count,
+    is_interrupted,
+    retry_interrupted,
     worker_is_gone,
 )
 from search.plots import write_plots
@@ -181,7 +184,10 @@ MAX_CONSECUTIVE_DUPLICATES = 100
 
 
 def fail_orphaned_trials(study: optuna.Study) -> list[int]:
-    """Mark RUNNING trials of dead workers on this host as FAIL ("interrupted").
+    """Mark RUNNING trials of dead workers as FAIL ("interrupted"); return their numbers.
+
+    Database storages: trials whose heartbeat stopped (Optuna's ``fail_stale_trials``, the
+    reason recorded by :mod:`search.storage`, the shape queued again by its callback).
 
     A killed process (SIGKILL, power loss) leaves its trial RUNNING forever in a journal
     file. Each trial records its worker's host and pid; a trial of this host whose pid is
@@ -190,6 +196,12 @@ def fail_orphaned_trials(study: optuna.Study) -> list[int]:
     Optuna's heartbeat for those).
     """
     failed = []
+    with warnings.catch_warnings():  # experimental in optuna 5.0
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        before = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))}
+        optuna.storages.fail_stale_trials(study)  # database storages: trials without a heartbeat (search/storage.py)
+        failed += [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+                   if t.number not in before and is_interrupted(t)]
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if not worker_is_gone(t):
             continue
@@ -365,12 +377,14 @@ def run(
     storage, storage_url = make_storage(cfg.storage, run_dir, say=_say)
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # this job prints its own line per trial
     study = open_study(cfg, storage)
-    orphans = fail_orphaned_trials(study)
+    exact = enumerates(cfg)
+    with run_dir_lock(run_dir):  # workers started together on the run dir's journal queue each retry once
+        orphans = fail_orphaned_trials(study)
+        done = finished_count(study)
+        remaining = 0 if exact else max(0, cfg.n_trials - done)
+        retries = retry_interrupted(study) if remaining else []
     names = list(cfg.objectives.names)
     say = _say
-    exact = enumerates(cfg)
-    done = finished_count(study)
-    remaining = 0 if exact else max(0, cfg.n_trials - done)
     served, layouts, why = parallelism_coverage(cfg.space, cfg.deployment)
     if served < layouts:
         say(
@@ -379,6 +393,8 @@ def run(
         )
     if orphans:
         say(f"marked trial(s) {orphans} of a killed run as FAIL (interrupted); they do not count")
+    if retries:
+        say(f"queued the shape(s) of interrupted trial(s) {retries} to be evaluated again")
     if exact:
         say(
             f"{'resuming' if done else 'new'} study {cfg.study_name!r}: objectives {names} need no training, so every "

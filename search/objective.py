@@ -84,6 +84,9 @@ __all__ = [
     "FAIL_REASON_ATTR",
     "INFEASIBLE_ATTR",
     "INTERRUPTED",
+    "RETRY_OF_ATTR",
+    "is_interrupted",
+    "retry_interrupted",
 ]
 
 PERF_ATTR = "prediction"  # user attribute: the throughput point's prediction (JSON)
@@ -96,6 +99,7 @@ LOSS_CURVE_ATTR = "loss_curve"  # user attribute: the proxy's [[training tokens,
 FAIL_REASON_ATTR = "fail_reason"
 INFEASIBLE_ATTR = "infeasible"
 INTERRUPTED = "interrupted"  # FAIL reasons starting with it: Ctrl-C or a killed worker; not counted toward n_trials
+RETRY_OF_ATTR = "retry_of"  # user attribute of a queued trial: the interrupted trial whose shape it evaluates again
 
 
 class NonFiniteLossError(RuntimeError):
@@ -242,7 +246,8 @@ def unseen_params(study: optuna.Study, cfg: SearchConfig, *, seed: int, tries: i
     import random
 
     held = {t.user_attrs.get("candidate_key") for t in study.get_trials(deepcopy=False)}
-    queued = [t.params for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))]
+    queued = [t.system_attrs.get("fixed_params")  # enqueue_trial's parameters (a WAITING trial has no params yet)
+              for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))]
     grid = space_grid(cfg.space, cfg.deployment)
     rng = random.Random(seed)
     for _ in range(tries):
@@ -288,7 +293,42 @@ def counts_toward_n_trials(t: FrozenTrial) -> bool:
     evaluated nothing and trials interrupted by Ctrl-C or a killed worker."""
     if t.state not in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL) or evaluated_nothing(t):
         return False
-    return not (t.state == TrialState.FAIL and str(t.user_attrs.get(FAIL_REASON_ATTR, "")).startswith(INTERRUPTED))
+    return not is_interrupted(t)
+
+
+def is_interrupted(t: FrozenTrial) -> bool:
+    """A FAIL trial interrupted by Ctrl-C, a killed worker or a lost heartbeat (its reason says so)."""
+    return t.state == TrialState.FAIL and str(t.user_attrs.get(FAIL_REASON_ATTR, "")).startswith(INTERRUPTED)
+
+
+def retry_interrupted(study: optuna.Study, trials: Sequence[FrozenTrial] | None = None) -> list[int]:
+    """Queue the shape of each interrupted trial once more; return the numbers of the trials retried.
+
+    An interrupted trial (:func:`is_interrupted`) evaluated nothing that counts, so its
+    shape is queued (``enqueue_trial``, user attribute :data:`RETRY_OF_ATTR` = its number)
+    for the next trial of this or any worker. Once only: not when a trial already says it
+    retries it, when it never got its parameters, when it evaluated nothing anyway
+    (duplicate, surplus), or when a finished or running trial holds its shape by now.
+    ``trials``: only these (the heartbeat's callback); default all of the study's.
+    """
+    all_trials = study.get_trials(deepcopy=False)
+    retried = {t.user_attrs.get(RETRY_OF_ATTR) for t in all_trials}
+    held = {
+        t.user_attrs.get("candidate_key")
+        for t in all_trials
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING) and not evaluated_nothing(t)
+    }
+    queued = [t.system_attrs.get("fixed_params") for t in all_trials if t.state == TrialState.WAITING]
+    done = []
+    for t in all_trials if trials is None else trials:
+        if not is_interrupted(t) or t.number in retried or not t.params or evaluated_nothing(t):
+            continue
+        if t.user_attrs.get("candidate_key") in held - {None} or t.params in queued:
+            continue
+        study.enqueue_trial(dict(t.params), user_attrs={RETRY_OF_ATTR: t.number})
+        queued.append(dict(t.params))
+        done.append(t.number)
+    return done
 
 
 def held_count(study: optuna.Study, *, before: int | None = None) -> int:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import optuna
+from optuna.storages import RDBStorage
 
 from search.config import ConfigError
 from search.redact import redact
@@ -42,10 +43,10 @@ def make_storage(url: str | None, run_dir: Path, *, say: Callable[[str], None] =
     record (:func:`repair_journal`; ``say`` gets the one line saying what was cut); anything
     else is a database URL (``sqlite:///x.db``, ``postgresql+psycopg://user@host/db``,
     ``mysql+pymysql://...``) opened with ``RDBStorage`` and a heartbeat, so trials of a
-    killed worker are failed.
+    killed worker are failed (reason "interrupted: ...", not counted toward ``n_trials``) and
+    their shapes queued again (:class:`_HeartbeatStorage`). Journal files have no heartbeat in
+    Optuna 5.0; the job reaps their killed workers' trials itself (``fail_orphaned_trials``).
     """
-    from optuna.storages import RDBStorage
-
     path: str | None = None
     if url is None:
         path = str(run_dir / "study.journal")
@@ -59,7 +60,13 @@ def make_storage(url: str | None, run_dir: Path, *, say: Callable[[str], None] =
     try:
         with warnings.catch_warnings():  # heartbeat_interval is marked experimental in optuna 5.0
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            storage = RDBStorage(url, engine_kwargs={"pool_pre_ping": True}, heartbeat_interval=60, grace_period=180)
+            storage = _HeartbeatStorage(
+                url,
+                engine_kwargs={"pool_pre_ping": True},
+                heartbeat_interval=HEARTBEAT_INTERVAL_S,
+                grace_period=GRACE_PERIOD_S,
+                heartbeat_stale_trial_callback=_retry_stale_trial,
+            )
     except Exception as exc:  # unknown dialect, missing driver, unreachable server, bad credentials
         text = redact(" ".join(str(exc).split())[:300])
         raise ConfigError(
@@ -70,6 +77,50 @@ def make_storage(url: str | None, run_dir: Path, *, say: Callable[[str], None] =
             ]
         ) from None
     return storage, shown
+
+
+#: seconds between a running trial's heartbeats, and without one after which it is failed as interrupted
+HEARTBEAT_INTERVAL_S = 60
+GRACE_PERIOD_S = 180
+
+
+class _HeartbeatStorage(RDBStorage):
+    """``RDBStorage`` whose heartbeat-stale trials are failed with the project's "interrupted" reason.
+
+    Optuna fails a stale trial (``fail_stale_trials``: at each trial's start, and at the
+    job's start) and only then calls the callback, when the trial can no longer take a
+    user attribute; so the reason is recorded here, while the stale trial is still RUNNING.
+    """
+
+    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        from search.objective import FAIL_REASON_ATTR, INTERRUPTED
+
+        stale = super()._get_stale_trial_ids(study_id)
+        grace = self.grace_period or 2 * (self.heartbeat_interval or 0)
+        for trial_id in stale:
+            try:
+                worker = self.get_trial(trial_id).user_attrs.get("worker") or {}
+                who = f"worker {worker.get('host', '?')} pid {worker.get('pid', '?')}"
+                self.set_trial_user_attr(
+                    trial_id, FAIL_REASON_ATTR, f"{INTERRUPTED}: no heartbeat from {who} for over {grace} s"
+                )
+            except optuna.exceptions.UpdateFinishedTrialError:  # another worker failed it first
+                pass
+        return stale
+
+
+def _retry_stale_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+    """Heartbeat callback: queue the shape of the trial a dead worker left once more."""
+    from search.objective import retry_interrupted
+
+    try:
+        retried = retry_interrupted(study, [trial])
+    except Exception as exc:  # a retry is a convenience; the job goes on without it
+        log.warning("trial %d not queued for a retry: %s: %s", trial.number, type(exc).__name__, exc)
+        return
+    if retried:
+        log.warning("trial %d of a worker without heartbeat marked FAIL (interrupted); its shape is queued again",
+                    trial.number)
 
 
 def _open_journal(path: Path, say: Callable[[str], None]) -> Any:
