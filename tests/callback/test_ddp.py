@@ -80,6 +80,10 @@ SCRIPT = textwrap.dedent(
             "prediction": cb.prediction.output_tokens_per_s_per_gpu,
             "trial_values": trial.user_attrs.get(INTERMEDIATE_VALUES_ATTR),
         }, f)
+    # gloo's threads must stop before the interpreter exits, or a process can end in
+    # "terminate called without an active exception" (SIGABRT) after its work is done
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
     '''
 )
 
