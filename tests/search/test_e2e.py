@@ -227,23 +227,8 @@ def test_perf_only_study_and_memory_constraint(tmp_path):
         assert "does not fit" in t.user_attrs["infeasible"]
 
 
-def _postgres_url() -> str | None:
-    url = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-    try:
-        import psycopg
-
-        with psycopg.connect("host=127.0.0.1 port=5432 user=postgres dbname=test", connect_timeout=3):
-            return url
-    except Exception:
-        return None
-
-
-def test_postgresql_storage(tmp_path):
-    url = _postgres_url()
-    if url is None:
-        if os.environ.get("CI") == "true":  # CI has a database: its absence is a failure there, not a skip
-            pytest.fail("CI=true but no PostgreSQL answers at 127.0.0.1:5432/test (start it: .ci/run does)")
-        pytest.skip("no PostgreSQL at 127.0.0.1:5432/test")
+def test_postgresql_storage(tmp_path, postgres_url):
+    url = postgres_url
     name = f"co-design-test-{uuid.uuid4().hex[:12]}"
     try:
         cfg = ("objectives=perf_only", "strategy=sample", "n_trials=3", f"study_name={name}", f"storage={url}", "tracking=off", "plots=false")

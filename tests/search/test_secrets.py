@@ -68,21 +68,6 @@ def test_redact_walks_configs():
 
 
 # --------------------------------------------------------------------------- the job
-def _postgres_up() -> bool:
-    try:
-        import psycopg
-
-        with psycopg.connect("host=127.0.0.1 port=5432 user=postgres dbname=test", connect_timeout=3):
-            return True
-    except Exception:
-        return False
-
-
-# skipped without a database, except under CI=true, where the test then runs and fails
-needs_postgres = pytest.mark.skipif(not _postgres_up() and os.environ.get("CI") != "true",
-                                    reason="no PostgreSQL at 127.0.0.1:5432/test")
-
-
 def _job(tmp_path, *args: str, code: str | None = None) -> subprocess.CompletedProcess:
     """``python -m search <args>`` in ``tmp_path`` (or ``python -c code`` with ``args`` as its argv)."""
     env = {k: v for k, v in os.environ.items() if k != "WANDB_API_KEY"}
@@ -102,7 +87,7 @@ def _assert_no_password(tmp_path, proc: subprocess.CompletedProcess) -> list:
 
 
 @pytest.mark.slow
-@needs_postgres
+@pytest.mark.usefixtures("postgres_url")  # skipped without a database, a failure under CI=true
 def test_a_job_with_a_database_password_writes_and_prints_it_nowhere(tmp_path):
     name = f"co-design-secrets-{uuid.uuid4().hex[:12]}"
     try:

@@ -159,24 +159,9 @@ def test_three_workers_share_a_journal_study(tmp_path):
     assert sum("W&B summary run not written by this worker" in d.stdout for d in done) == WORKERS - 1
 
 
-def _postgres_url() -> str | None:
-    url = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-    try:
-        import psycopg
-
-        with psycopg.connect("host=127.0.0.1 port=5432 user=postgres dbname=test", connect_timeout=3):
-            return url
-    except Exception:
-        return None
-
-
 @pytest.mark.slow
-def test_three_workers_share_a_postgresql_study(tmp_path):
-    url = _postgres_url()
-    if url is None:
-        if os.environ.get("CI") == "true":  # CI has a database: its absence is a failure there, not a skip
-            pytest.fail("CI=true but no PostgreSQL answers at 127.0.0.1:5432/test (start it: .ci/run does)")
-        pytest.skip("no PostgreSQL at 127.0.0.1:5432/test")
+def test_three_workers_share_a_postgresql_study(tmp_path, postgres_url):
+    url = postgres_url
     name = f"co-design-workers-{uuid.uuid4().hex[:12]}"
     try:
         _start_workers(tmp_path, f"study_name={name}", f"storage={url}", "tracking=off", "plots=false")
