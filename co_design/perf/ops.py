@@ -145,12 +145,11 @@ def busiest_rank_experts(experts: int, top_k: int, tokens: int, ep: int) -> floa
     and the step waits for the rank with the most: E[max] = Σ_{j=1..n} (1 -
     F(j-1)^ep), F the binomial CDF. ep = 1: the mean, E·p.
     """
-    if tokens <= 0:
-        return 0.0
-    p = 1.0 - (1.0 - top_k / experts) ** tokens
+    mean_touched = expected_experts_touched(experts, top_k, tokens)  # validates top_k; E * p
+    if ep <= 1 or mean_touched <= 0:
+        return mean_touched
+    p = mean_touched / experts
     n = experts // ep
-    if ep <= 1:
-        return experts * p
     if p >= 1.0:
         return float(n)
     # pmf in log space: math.comb(n, j) overflows a float beyond n of about 1030
