@@ -9,6 +9,7 @@ and cosine decay); :func:`trainer_settings` picks the device and mixed precision
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import lightning as L
@@ -19,7 +20,7 @@ from co_design.arch import Architecture
 from co_design.model.parametrization import MuP, optimizer_groups
 from search.space import largest_divisor_at_most
 
-__all__ = ["ProxyLM", "reduce_architecture", "trainer_settings", "proxy_collisions"]
+__all__ = ["ProxyLM", "reduce_architecture", "trainer_settings", "proxy_collisions", "split_batch"]
 
 
 def _round(x: float) -> int:
@@ -103,11 +104,53 @@ def trainer_settings(accelerator: str, precision: str) -> dict[str, Any]:
     return {"accelerator": accelerator, "precision": precision, "devices": 1}
 
 
+#: a target of this value is not scored (Hugging Face's ``labels`` convention, ``F.cross_entropy``'s default)
+IGNORE_INDEX = -100
+
+#: the batch forms :func:`split_batch` reads, for error messages
+BATCH_FORMS = (
+    "a tensor (B, T+1) of token ids; a 1-element tuple/list [x] of one (a TensorDataset's batch); "
+    "a pair (inputs, targets) of (B, T) each; or a dict with input_ids (B, T+1) and optionally labels (B, T+1)"
+)
+
+
+def split_batch(batch: Any, *, long: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(inputs, targets)``, each ``LongTensor (B, T)``, of one batch; the one place batch forms are read.
+
+    - a tensor ``x`` ``(B, T+1)``: ``x[:, :-1]``, ``x[:, 1:]`` (the built-in data's form);
+    - ``[x]`` or ``(x,)`` (a ``TensorDataset`` of one tensor): as ``x``;
+    - ``(inputs, targets)``: taken as they are, already shifted, each ``(B, T)``;
+    - a dict with ``input_ids`` ``(B, T+1)``: as that tensor; with ``labels`` too, Hugging
+      Face's convention: labels are unshifted (usually a copy of ``input_ids``) and the model
+      shifts, so inputs ``input_ids[:, :-1]``, targets ``labels[:, 1:]``; a label of
+      :data:`IGNORE_INDEX` (-100, e.g. padding) is not scored. Other keys (``attention_mask``) are ignored.
+
+    ``long=False`` leaves the dtype as it is (the data check reads it). Raises ``ValueError``
+    on another form; shapes and dtypes are not checked here (:func:`search.data.make_datamodule`
+    checks one batch of a user's data module before the first trial).
+    """
+    if isinstance(batch, torch.Tensor):
+        inputs, targets = batch[:, :-1], batch[:, 1:]  # (B, T), (B, T)
+    elif isinstance(batch, (tuple, list)) and len(batch) == 1:
+        return split_batch(batch[0], long=long)
+    elif isinstance(batch, (tuple, list)) and len(batch) == 2:
+        inputs, targets = batch
+    elif isinstance(batch, Mapping) and "input_ids" in batch:  # a dict, or Hugging Face's BatchEncoding
+        ids = batch["input_ids"]
+        labels = batch.get("labels", ids)
+        inputs, targets = ids[:, :-1], labels[:, 1:]  # (B, T), (B, T)
+    else:
+        kind = f"a {len(batch)}-element {type(batch).__name__}" if isinstance(batch, (tuple, list)) else (
+            f"a dict with keys {sorted(map(str, batch))}" if isinstance(batch, Mapping) else f"a {type(batch).__name__}")
+        raise ValueError(f"a batch is {kind}; accepted: {BATCH_FORMS}")
+    return (inputs.long(), targets.long()) if long else (inputs, targets)
+
+
 class ProxyLM(L.LightningModule):
     """Next-token language model around :class:`co_design.model.Transformer`.
 
-    Batches are LongTensor ``(B, T+1)`` windows or ``(inputs, targets)`` pairs of
-    ``(B, T)``. Logs ``train_loss`` and ``val_loss`` (mean cross-entropy, nats/token) and
+    Batches are any form :func:`split_batch` reads (LongTensor ``(B, T+1)`` windows, ``[x]``,
+    ``(inputs, targets)`` pairs of ``(B, T)``, dicts with ``input_ids``). Logs ``train_loss`` and ``val_loss`` (mean cross-entropy, nats/token) and
     ``tokens`` (training tokens seen, the x-axis a loss curve is read against);
     ``tokens_at_step`` maps each validated global step to the tokens seen by then.
     ``mup``: train under μP (:class:`co_design.model.MuP`): hidden weights at ``lr / width_mult``.
@@ -139,21 +182,13 @@ class ProxyLM(L.LightningModule):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.model(tokens)  # (B, T, V)
 
-    @staticmethod
-    def _split(batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        if isinstance(batch, (tuple, list)):
-            inputs, targets = batch[0], batch[1]
-        else:
-            inputs, targets = batch[:, :-1], batch[:, 1:]  # (B, T), (B, T)
-        return inputs.long(), targets.long()
-
     def _loss(self, batch: Any) -> torch.Tensor:
-        inputs, targets = self._split(batch)
+        inputs, targets = split_batch(batch)
         logits = self(inputs)  # (B, T, V)
-        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        self.tokens_seen += int(self._split(batch)[1].numel())
+        self.tokens_seen += int(split_batch(batch)[1].numel())
         loss = self._loss(batch)
         self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=False)
         if self.arch.is_moe and self.aux_loss_coef:

@@ -10,6 +10,7 @@ its interactivity point on ``TP2``, so it has two serving curves.
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from pathlib import Path
 
@@ -215,7 +216,7 @@ def test_write_plots_writes_the_recognised_plots_and_no_3d_front(study, rows, tm
         assert (plots / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert "cdn.plot.ly" in html[name]
         assert "plotly.min.js" in (plots / f"{name}.html").read_text()  # offline copy beside it
-    assert (plots / "plotly.min.js").is_file()
+    assert os.path.samefile(plots / "plotly.min.js", _cached_bundle())  # a link to the shared copy
     assert not list(plots.glob("pareto_front*"))
     assert PARETO_LABEL in (plots / "pairwise.html").read_text()
     data = json.loads((plots / "serving_curves.json").read_text())
@@ -243,3 +244,39 @@ def test_wandb_summary_logs_the_pngs_and_a_native_serving_chart(study, rows, tmp
     expected = {(x, m.label if c.role == "throughput" else f"{m.label} ({c.layout}, interactive)", y)
                 for m in members for c in m.curves for x, y in zip(c.tokens_per_s_per_user, c.tokens_per_s_per_gpu)}
     assert {tuple(r) for r in data} == expected
+
+
+# --------------------------------------------------------------------------- the plotly bundle, stored once
+def _cached_bundle() -> Path:
+    import plotly
+
+    from search.cache import cache_dir
+
+    return cache_dir() / "assets" / f"plotly-{plotly.__version__}.min.js"
+
+
+def test_studies_hard_link_one_plotly_bundle_and_a_right_one_is_left_alone(tmp_path):
+    import plotly.graph_objects as go
+    from plotly.offline import get_plotlyjs
+
+    from search.plots import _write_html
+
+    fig = go.Figure(go.Scatter(x=[1, 2], y=[3, 4]))
+    pages = [tmp_path / run / "plots" / "p.html" for run in ("a", "b")]
+    for page in pages:
+        page.parent.mkdir(parents=True)
+        _write_html(fig, page)
+    a, b = (page.parent / "plotly.min.js" for page in pages)
+    shared = _cached_bundle()
+    assert shared.read_text(encoding="utf-8") == get_plotlyjs()
+    assert a.stat().st_ino == b.stat().st_ino == shared.stat().st_ino  # hard links, not copies
+    assert not a.is_symlink() and shared.stat().st_nlink >= 3
+    assert 'src="plotly.min.js"' in pages[0].read_text()  # loaded from beside the page: a copied run dir opens offline
+    mtime = a.lstat().st_mtime_ns
+    _write_html(fig, pages[0])  # redrawn: the bundle is left as it is
+    assert a.lstat().st_mtime_ns == mtime and a.stat().st_ino == shared.stat().st_ino
+
+    a.unlink()
+    a.write_text("/* plotly of another version */")  # a stale bundle is replaced by the link
+    _write_html(fig, pages[0])
+    assert os.path.samefile(a, shared)
