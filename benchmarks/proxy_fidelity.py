@@ -250,7 +250,7 @@ def width_length_section(cache: dict[str, dict[str, Any]]) -> list[str]:
 def perf_points() -> dict[str, dict[str, float]]:
     """Each candidate's performance objectives as the search scores it (full size at the space's
     vocabulary, the default deployment on one B200): output tok/s/GPU and tok/s/user."""
-    from search.app import _resolve_gpu
+    from search.checks import resolve_gpu as _resolve_gpu
     from search.compose import compose_config
     from search.config import to_search_config
     from search.objective import evaluate

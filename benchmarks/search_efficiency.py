@@ -26,7 +26,7 @@ front (:func:`search.space.enumerate_candidates`) and the trials of every study 
 exact Pareto front and its hypervolume up to a fixed reference point: the nadir of the
 feasible set pushed out by 10 % of each objective's range (the rule of
 :func:`search.results.reference_point`, applied to all feasible shapes). After each
-counted trial (the product's count, :func:`search.app.finished_count`: finished trials
+counted trial (the product's count, :func:`search.study.finished_count`: finished trials
 that are not duplicates; infeasible proposals count) the hypervolume of the study's
 feasible trials is recorded as a fraction of the exact one.
 
@@ -41,7 +41,7 @@ Usage (defaults: 10 seeds x 200 trials; GP, whose proposals cost seconds each, 2
     python benchmarks/search_efficiency.py --seeds 20 --samplers tpe,random
     python benchmarks/search_efficiency.py --samplers "tpe,tpe(n_startup_trials=20)" --gp-seeds 5 --gp-trials 200
 Sampler specs: a name of search.config.SAMPLERS builds exactly what the job builds
-(search.app.make_sampler); ``name(key=value, ...)`` builds the Optuna sampler with those
+(search.study.make_sampler); ``name(key=value, ...)`` builds the Optuna sampler with those
 keyword arguments (a candidate default).
 """
 
@@ -224,7 +224,7 @@ class SamplerSpec:
         import optuna
 
         if not self.kwargs:  # exactly what `python -m search seed=<seed> sampler=<name>` builds
-            from search.app import make_sampler
+            from search.study import make_sampler
 
             return make_sampler(dataclasses.replace(cfg, seed=seed, sampler=dataclasses.replace(cfg.sampler, name=self.name, seed=None)))
         with warnings.catch_warnings():
@@ -287,7 +287,7 @@ def build_problem(loss: LossEstimate, overrides: Sequence[str] = ()) -> Problem:
     import numpy as np
     from optuna._hypervolume import compute_hypervolume
 
-    from search.app import _resolve_gpu
+    from search.checks import resolve_gpu as _resolve_gpu
     from search.compose import compose_config
     from search.config import OBJECTIVES, to_search_config, validate
     from search.objective import evaluate, param_budget
@@ -303,7 +303,7 @@ def build_problem(loss: LossEstimate, overrides: Sequence[str] = ()) -> Problem:
     names = list(cfg.objectives.names)
     if "loss" not in names:
         raise ValueError(f"objectives {names} have no loss: the benchmark's loss estimate would not be used")
-    directions = [OBJECTIVES[n][0] for n in names]
+    directions = [OBJECTIVES[n].direction for n in names]
     evaluations: dict[str, Any] = {}
     points = []
     distinct = in_band = 0
@@ -355,8 +355,9 @@ def run_study(problem: Problem, spec: SamplerSpec, seed: int, n_trials: int) -> 
     import optuna
     from optuna.trial import TrialState
 
-    from search.app import MAX_CONSECUTIVE_DUPLICATES
-    from search.objective import DUPLICATE_ATTR, EXHAUSTED_ATTR, PROPOSED_BY_ATTR, Objective
+    from search.study import MAX_CONSECUTIVE_DUPLICATES
+    from search.objective import EXHAUSTED_ATTR, PROPOSED_BY_ATTR, Objective
+    from search.study import DUPLICATE_ATTR
     from search.tracking import NullTracker
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -632,7 +633,7 @@ def report(problem: Problem, summary: dict[str, dict[str, Any]], labels: list[st
         "## Hypervolume fraction after N counted trials",
         "",
         "Median over seeds [min – max]; a counted trial is a finished trial that is not a duplicate (the job's "
-        "count, `search.app.finished_count`).",
+        "count, `search.study.finished_count`).",
         "",
         "| sampler | seeds | " + " | ".join(f"{c} trials" + (" (job default)" if c == cfg.n_trials else "")
                                             for c in cps) + " |",
@@ -719,7 +720,7 @@ def report(problem: Problem, summary: dict[str, dict[str, Any]], labels: list[st
         "- Reference point: the nadir of the feasible set pushed out by 10 % of each objective's range "
         "(search.results.reference_point's rule): "
         + ", ".join(f"{nm} = {x:.6g}" for nm, x in zip(problem.names, problem.ref)) + ".",
-        f"- Samplers: {', '.join(f'`{x}`' for x in labels)}. A bare name is built by `search.app.make_sampler` "
+        f"- Samplers: {', '.join(f'`{x}`' for x in labels)}. A bare name is built by `search.study.make_sampler` "
         "exactly as the job builds it (Optuna defaults); a name with arguments is the Optuna sampler with those "
         "keyword arguments. Seeds: "
         + "; ".join(f"`{x}` {_seed_range(summary[x]['seeds'])}" for x in labels if x in summary) + ".",

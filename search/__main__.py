@@ -20,12 +20,13 @@ from search.app import main_entry
 from search.cli_help import register_help_resolver, unknown_key
 from search.config import register_configs
 from search.paths import register_resolvers, unknown_group_option
-from search.redact import redact_log_records
+from search.redact import redact_console, redact_log_records
 
 register_configs()
 register_resolvers()
 register_help_resolver()  # ${search_help:...} of conf/config.yaml's hydra.help (`--help`)
 redact_log_records()  # no password of a storage URL in any log line, Hydra's included
+redact_console()  # ... nor in anything printed (Hydra's --cfg job prints the composed config itself)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")

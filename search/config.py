@@ -14,7 +14,9 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, NamedTuple, Optional
+
+from co_design.perf.roofline import PRECISIONS as _PERF_PRECISIONS
 
 __all__ = [
     "BudgetConfig",
@@ -46,19 +48,56 @@ __all__ = [
     "study_settings",
 ]
 
-#: objective name -> (direction, human label with unit). The loss is the proxy's
-#: validation cross-entropy (nats/token); the others come from the performance model
-#: at the candidate's operating point (see search/objective.py).
-OBJECTIVES: dict[str, tuple[str, str]] = {
-    "loss": ("minimize", "proxy val loss (nats/token)"),
-    "tokens_per_s_per_gpu": ("maximize", "output tok/s/GPU"),
-    "tokens_per_s_per_user": ("maximize", "output tok/s/user"),
-    "ttft_ms": ("minimize", "TTFT (ms)"),
-    "tpot_ms": ("minimize", "TPOT (ms)"),
+class ObjectiveSpec(NamedTuple):
+    """One objective: its direction, its label (with unit) and where its value comes from.
+
+    ``point`` is the operating point of :mod:`search.scoring` that gives the value
+    (``"throughput"`` or ``"interactive"``; None for the proxy's loss), ``field`` the
+    :class:`co_design.perf.Prediction` attribute read there and ``scale`` the factor to
+    the label's unit (seconds to milliseconds: 1000).
+    """
+
+    direction: str  # "minimize" | "maximize"
+    label: str
+    point: Optional[str]
+    field: Optional[str]
+    scale: float = 1.0
+
+
+#: Every objective, defined once. The loss is the proxy's validation cross-entropy
+#: (nats/token); the others come from the performance model at the candidate's
+#: operating points (search/scoring.py reads them through ``point`` and ``field``).
+OBJECTIVES: dict[str, ObjectiveSpec] = {
+    "loss": ObjectiveSpec("minimize", "proxy val loss (nats/token)", None, None),
+    "tokens_per_s_per_gpu": ObjectiveSpec("maximize", "output tok/s/GPU", "throughput", "output_tokens_per_s_per_gpu"),
+    "tokens_per_s_per_user": ObjectiveSpec(
+        "maximize", "output tok/s/user", "interactive", "output_tokens_per_s_per_user"
+    ),
+    "ttft_ms": ObjectiveSpec("minimize", "TTFT (ms)", "interactive", "ttft_s", 1e3),
+    "tpot_ms": ObjectiveSpec("minimize", "TPOT (ms)", "interactive", "tpot_s", 1e3),
 }
-SAMPLERS = ("tpe", "nsga2", "nsga3", "gp", "random")
+
+
+class SamplerSpec(NamedTuple):
+    """An Optuna sampler the job offers: its class in ``optuna.samplers`` and the
+    :class:`SamplerConfig` fields it takes (None values keep Optuna's defaults; the others
+    are ignored, so one sweep may cover several samplers)."""
+
+    optuna_class: str
+    options: tuple[str, ...]
+
+
+#: Every sampler, defined once (:func:`search.study.make_sampler` builds them from this).
+SAMPLERS: dict[str, SamplerSpec] = {
+    "tpe": SamplerSpec("TPESampler", ("n_startup_trials",)),
+    "nsga2": SamplerSpec("NSGAIISampler", ("population_size",)),
+    "nsga3": SamplerSpec("NSGAIIISampler", ("population_size",)),
+    "gp": SamplerSpec("GPSampler", ("n_startup_trials",)),
+    "random": SamplerSpec("RandomSampler", ()),
+}
 STRATEGIES = ("auto", "sample", "enumerate")
-PRECISIONS = ("bf16", "fp8", "nvfp4")
+#: serving/QAT precisions: the performance model's (co_design.perf.PRECISIONS), narrowest first
+PRECISIONS = _PERF_PRECISIONS
 DATA_SOURCES = ("stdlib", "tokens", "datamodule")
 TRACKING_BACKENDS = ("wandb", "off")
 WANDB_MODES = ("auto", "offline", "online", "disabled")
@@ -232,7 +271,10 @@ class DataConfig:
     ``np.memmap`` of ``dtype``; ``val_path`` or the last ``val_fraction`` for
     validation) or ``datamodule`` (any ``LightningDataModule`` built from the
     ``datamodule`` mapping with ``_target_``; it must expose ``vocab_size`` or set
-    ``vocab_size`` here, and yield LongTensor batches (B, T+1) or (inputs, targets)).
+    ``vocab_size`` here, and yield batches of a form :func:`search.proxy.split_batch`
+    reads: a tensor (B, T+1), a ``TensorDataset``'s ``[x]``, ``(inputs, targets)`` or a
+    dict with ``input_ids`` (and Hugging Face style ``labels``, -100 not scored); its first
+    batch is checked before the first trial).
     """
 
     source: str = "stdlib"
@@ -242,7 +284,7 @@ class DataConfig:
     vocab_size: Optional[int] = None
     val_fraction: float = 0.05
     datamodule: Optional[Any] = None
-    cache_dir: Optional[str] = None  # default: <run dir>/data
+    cache_dir: Optional[str] = None  # default: <shared cache>/corpus (search.cache.cache_dir())
     seq_len: int = 128  # tokens per sequence
     batch_size: int = 8  # sequences per step
     val_batches: int = 8  # fixed validation batches, identical for every trial
@@ -405,10 +447,10 @@ def _unknown_keys(data: Any, schema: type, prefix: str) -> list[str]:
 
 # ----------------------------------------------------------------------------- validation
 def _range(problems: list[str], key: str, value: list, *, positive: bool = True, integer: bool = True) -> None:
-    if len(value) != 2:
-        problems.append(f"{key}={list(value)}: give an inclusive range [low, high] (two values)")
+    if len(value) not in (1, 2):
+        problems.append(f"{key}={list(value)}: give an inclusive range [low, high], or one value [v] to fix it")
         return
-    lo, hi = value
+    lo, hi = value[0], value[-1]
     if lo > hi:
         problems.append(f"{key}={list(value)}: low > high; swap them")
     if positive and lo <= 0:
@@ -493,7 +535,7 @@ def _validate_space(cfg: SearchConfig, problems: list[str]) -> None:
     _range(problems, "space.hidden", s.hidden)
     if s.heads_multiple < 1:
         problems.append(f"space.heads_multiple={s.heads_multiple}: must be >= 1")
-    elif len(s.hidden) == 2 and s.head_dim and all(h >= 8 and s.alignment % h == 0 for h in s.head_dim):
+    elif len(s.hidden) in (1, 2) and s.head_dim and all(h >= 8 and s.alignment % h == 0 for h in s.head_dim):
         from search.space import hidden_step
 
         step = hidden_step(s)
@@ -512,7 +554,7 @@ def _validate_space(cfg: SearchConfig, problems: list[str]) -> None:
         problems.append(f"space.layers_step={s.layers_step}: must be >= 1")
     if not s.head_dim or any(h < 8 for h in s.head_dim):
         problems.append(f"space.head_dim={list(s.head_dim)}: give choices >= 8, e.g. [64, 128]")
-    elif len(s.hidden) == 2:
+    elif len(s.hidden) in (1, 2):
         for h in s.head_dim:
             if s.alignment % h:
                 problems.append(
@@ -529,7 +571,7 @@ def _validate_space(cfg: SearchConfig, problems: list[str]) -> None:
         if any(e < 2 for e in s.experts):
             problems.append(f"space.experts={list(s.experts)}: MoE choices must be >= 2 (empty list: dense)")
         _range(problems, "space.experts_per_token", s.experts_per_token)
-        if len(s.experts_per_token) == 2 and s.experts and s.experts_per_token[0] > min(s.experts):
+        if len(s.experts_per_token) in (1, 2) and s.experts and s.experts_per_token[0] > min(s.experts):
             problems.append(
                 f"space.experts_per_token={list(s.experts_per_token)}: low exceeds the fewest experts "
                 f"{min(s.experts)}; lower it"
@@ -537,8 +579,8 @@ def _validate_space(cfg: SearchConfig, problems: list[str]) -> None:
         _range(problems, "space.shared_experts", s.shared_experts, positive=False)
         _range(problems, "space.expert_ffn_multiplier", s.expert_ffn_multiplier, integer=False)
         _range(problems, "space.dense_layers", s.dense_layers, positive=False)
-        if len(s.dense_layers) == 2 and len(s.layers) == 2:
-            if s.dense_layers[1] >= s.layers[0]:
+        if len(s.dense_layers) in (1, 2) and len(s.layers) in (1, 2):
+            if s.dense_layers[-1] >= s.layers[0]:
                 problems.append(
                     f"space.dense_layers={list(s.dense_layers)} can leave no MoE layer with "
                     f"space.layers low={s.layers[0]}; keep dense_layers high < layers low"
@@ -655,7 +697,7 @@ def _validate_objectives(cfg: SearchConfig, problems: list[str]) -> None:
 
 def _validate_sampler(cfg: SearchConfig, problems: list[str]) -> None:
     s = cfg.sampler
-    _known(problems, "sampler", s.name, SAMPLERS)
+    _known(problems, "sampler", s.name, tuple(SAMPLERS))
     if s.n_startup_trials is not None and s.n_startup_trials < 0:
         problems.append(f"sampler.n_startup_trials={s.n_startup_trials}: must be >= 0 or null")
     if s.population_size is not None and s.population_size < 2:

@@ -53,10 +53,19 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
 from co_design.arch import Architecture
 from search.config import OBJECTIVES, SearchConfig, steps_of
+from search.study import (
+    DUPLICATE_ATTR,
+    FAIL_REASON_ATTR,
+    INTERRUPTED,
+    SURPLUS_ATTR,
+    CLAIM_WAIT_S,
+    duplicate_of,
+    held_count,
+)
 from search.halving import RUNG_LOSSES_ATTR, promotes, rung_steps
 from search.scoring import OperatingPoint, Scores, objective_value, prediction_dict, score_candidate
 from search.space import Candidate, candidate_from_params, candidate_key, shape_label, space_grid, suggest_candidate
@@ -67,39 +76,22 @@ __all__ = [
     "NonFiniteLossError",
     "DominatedStoppingRule",
     "evaluate",
-    "duplicate_of",
-    "worker_is_gone",
     "param_budget",
     "PERF_ATTR",
     "INTERACTIVE_ATTR",
-    "DUPLICATE_ATTR",
     "PROPOSED_BY_ATTR",
     "EXHAUSTED_ATTR",
-    "SURPLUS_ATTR",
-    "evaluated_nothing",
-    "counts_toward_n_trials",
-    "held_count",
     "LOSS_CURVE_ATTR",
     "unseen_params",
-    "FAIL_REASON_ATTR",
     "INFEASIBLE_ATTR",
-    "INTERRUPTED",
-    "RETRY_OF_ATTR",
-    "is_interrupted",
-    "retry_interrupted",
 ]
 
 PERF_ATTR = "prediction"  # user attribute: the throughput point's prediction (JSON)
 INTERACTIVE_ATTR = "interactive_prediction"  # user attribute: the interactive point's prediction (JSON)
-DUPLICATE_ATTR = "duplicate_of"  # user attribute: the trial that already holds this candidate
 PROPOSED_BY_ATTR = "proposed_by"  # user attribute of a trial not proposed by the sampler
 EXHAUSTED_ATTR = "space_exhausted"  # user attribute of a duplicate after which no unseen shape was found
-SURPLUS_ATTR = "surplus"  # user attribute of a trial not evaluated: n_trials were finished or in flight when it started
 LOSS_CURVE_ATTR = "loss_curve"  # user attribute: the proxy's [[training tokens, validation loss], ...]
-FAIL_REASON_ATTR = "fail_reason"
 INFEASIBLE_ATTR = "infeasible"
-INTERRUPTED = "interrupted"  # FAIL reasons starting with it: Ctrl-C or a killed worker; not counted toward n_trials
-RETRY_OF_ATTR = "retry_of"  # user attribute of a queued trial: the interrupted trial whose shape it evaluates again
 
 
 class NonFiniteLossError(RuntimeError):
@@ -220,7 +212,7 @@ def _dominating_peers(study: optuna.Study, perf_values: dict[str, float], number
         if not perf_values or set(theirs) != set(perf_values):
             continue
         at_least_as_good = all(
-            (theirs[k] >= v) if OBJECTIVES[k][0] == "maximize" else (theirs[k] <= v) for k, v in perf_values.items()
+            (theirs[k] >= v) if OBJECTIVES[k].direction == "maximize" else (theirs[k] <= v) for k, v in perf_values.items()
         )
         raw = t.user_attrs.get(INTERMEDIATE_VALUES_ATTR)
         if at_least_as_good and isinstance(raw, Mapping):
@@ -256,136 +248,6 @@ def unseen_params(study: optuna.Study, cfg: SearchConfig, *, seed: int, tries: i
         if candidate_key(cand) in held or params in queued or param_budget(cand.arch, cfg.space)[1]:
             continue
         return params
-    return None
-
-
-#: the longest wait (seconds) for a lower-numbered running trial to post the candidate it holds
-CLAIM_WAIT_S = 120.0
-#: seconds between looks at the storage while waiting
-_CLAIM_POLL_S = 0.02
-
-
-def worker_is_gone(t: FrozenTrial) -> bool:
-    """Whether the worker running ``t`` is a process of this host that no longer exists.
-
-    Each trial records its worker's host and pid (``worker`` user attribute). A trial of
-    another host, of a live process, or without the record is not known to be gone.
-    """
-    w = t.user_attrs.get("worker") or {}
-    if w.get("host") != socket.gethostname() or not isinstance(w.get("pid"), int) or w["pid"] == os.getpid():
-        return False
-    try:
-        os.kill(w["pid"], 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # alive, another user's
-        return False
-    return False
-
-
-def evaluated_nothing(t: FrozenTrial) -> bool:
-    """A duplicate or a surplus trial: no prediction, no proxy run, no row in the results."""
-    return DUPLICATE_ATTR in t.user_attrs or SURPLUS_ATTR in t.user_attrs
-
-
-def counts_toward_n_trials(t: FrozenTrial) -> bool:
-    """A finished trial that counts toward ``n_trials``: COMPLETE, PRUNED or FAIL, except trials that
-    evaluated nothing and trials interrupted by Ctrl-C or a killed worker."""
-    if t.state not in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL) or evaluated_nothing(t):
-        return False
-    return not is_interrupted(t)
-
-
-def is_interrupted(t: FrozenTrial) -> bool:
-    """A FAIL trial interrupted by Ctrl-C, a killed worker or a lost heartbeat (its reason says so)."""
-    return t.state == TrialState.FAIL and str(t.user_attrs.get(FAIL_REASON_ATTR, "")).startswith(INTERRUPTED)
-
-
-def retry_interrupted(study: optuna.Study, trials: Sequence[FrozenTrial] | None = None) -> list[int]:
-    """Queue the shape of each interrupted trial once more; return the numbers of the trials retried.
-
-    An interrupted trial (:func:`is_interrupted`) evaluated nothing that counts, so its
-    shape is queued (``enqueue_trial``, user attribute :data:`RETRY_OF_ATTR` = its number)
-    for the next trial of this or any worker. Once only: not when a trial already says it
-    retries it, when it never got its parameters, when it evaluated nothing anyway
-    (duplicate, surplus), or when a finished or running trial holds its shape by now.
-    ``trials``: only these (the heartbeat's callback); default all of the study's.
-    """
-    all_trials = study.get_trials(deepcopy=False)
-    retried = {t.user_attrs.get(RETRY_OF_ATTR) for t in all_trials}
-    held = {
-        t.user_attrs.get("candidate_key")
-        for t in all_trials
-        if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING) and not evaluated_nothing(t)
-    }
-    queued = [t.system_attrs.get("fixed_params") for t in all_trials if t.state == TrialState.WAITING]
-    done = []
-    for t in all_trials if trials is None else trials:
-        if not is_interrupted(t) or t.number in retried or not t.params or evaluated_nothing(t):
-            continue
-        if t.user_attrs.get("candidate_key") in held - {None} or t.params in queued:
-            continue
-        study.enqueue_trial(dict(t.params), user_attrs={RETRY_OF_ATTR: t.number})
-        queued.append(dict(t.params))
-        done.append(t.number)
-    return done
-
-
-def held_count(study: optuna.Study, *, before: int | None = None) -> int:
-    """Trials that count toward ``n_trials``, finished or in flight.
-
-    In flight: RUNNING trials of live workers that have posted their shape and are not
-    duplicates; with ``before``, only those numbered below it (the order parallel
-    workers agree on: see :func:`duplicate_of`).
-    """
-    held = 0
-    for t in study.get_trials(deepcopy=False):
-        if t.state == TrialState.RUNNING:
-            held += ("candidate_key" in t.user_attrs and not evaluated_nothing(t) and (before is None or t.number < before)
-                     and not worker_is_gone(t))
-        else:
-            held += counts_toward_n_trials(t)
-    return held
-
-
-def duplicate_of(study: optuna.Study, key: str, number: int, *, wait_s: float = 0.0) -> int | None:
-    """The trial that holds candidate ``key`` ahead of trial ``number``, else None.
-
-    A finished trial (COMPLETE or PRUNED) with the key holds it; failed trials do not
-    (their candidate may be tried again) and neither do duplicates. Among trials RUNNING
-    with the key, on this worker or another, the lowest-numbered holds it (the storage
-    hands out each number once); a trial started from the queue (``enqueue_trial``: its
-    number is given when queued, long before it starts) also yields to running trials
-    that started before it.
-
-    Parallel workers: each trial posts its key (user attribute ``candidate_key``) before
-    calling this, and with ``wait_s`` > 0 it first waits until every lower-numbered
-    running trial has posted one (they are sampling), at most ``wait_s`` seconds;
-    trials of dead workers on this host are not waited for. So of two workers that
-    sample the same shape at the same moment, exactly one evaluates it: the
-    higher-numbered one sees the lower one's key. (Rare exception: a queued trial and
-    a trial that started before it may both yield, leaving that shape to a later proposal;
-    neither evaluates it twice.)
-    """
-    deadline = time.monotonic() + wait_s
-    while True:
-        trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING))
-        if wait_s <= 0 or time.monotonic() >= deadline or not any(
-            t.state == TrialState.RUNNING and t.number < number and "candidate_key" not in t.user_attrs
-            and not worker_is_gone(t)
-            for t in trials
-        ):
-            break
-        time.sleep(_CLAIM_POLL_S)
-    me = next((t for t in trials if t.number == number), None)
-    queued = me is not None and "fixed_params" in me.system_attrs
-    for t in trials:
-        if t.number == number or t.user_attrs.get("candidate_key") != key or evaluated_nothing(t):
-            continue
-        if t.state != TrialState.RUNNING or t.number < number:
-            return t.number
-        if queued and t.datetime_start is not None and me.datetime_start is not None and t.datetime_start <= me.datetime_start:
-            return t.number
     return None
 
 
@@ -573,7 +435,7 @@ class Objective:
         cfg = self.cfg
         eta = cfg.proxy.halving.eta
         perf_names = sorted(perf_values)
-        signs = [1.0 if OBJECTIVES[n][0] == "minimize" else -1.0 for n in perf_names]
+        signs = [1.0 if OBJECTIVES[n].direction == "minimize" else -1.0 for n in perf_names]
         own_perf = [s * perf_values[n] for s, n in zip(signs, perf_names)]
         losses: dict[str, float] = {}
         loss = math.nan

@@ -1,7 +1,8 @@
 """The search job's plots: pairwise objective scatters and the serving curves of the front.
 
 Files in ``<run dir>/plots/`` (each chart as a PNG from matplotlib and an interactive
-plotly HTML with ``plotly.min.js`` beside it, so it opens offline):
+plotly HTML with ``plotly.min.js`` beside it, so it opens offline; that file is a hard
+link to one copy in the shared cache, :mod:`search.cache`):
 
 - ``pairwise.{png,html}``: one 2-D scatter per pair of objectives (2 objectives: one
   panel, 3: three). Feasible COMPLETE trials in grey, the Pareto-optimal ones (the
@@ -82,18 +83,18 @@ def _log_axis(values: Iterable[float]) -> bool:
 
 
 def _axis_title(name: str) -> str:
-    direction, label = OBJECTIVES[name]
+    direction, label = OBJECTIVES[name].direction, OBJECTIVES[name].label
     return f"{label}, {'higher' if direction == 'maximize' else 'lower'} is better"
 
 
 def _best_corner(x: str, y: str) -> str:
-    vertical = "top" if OBJECTIVES[y][0] == "maximize" else "bottom"
-    horizontal = "right" if OBJECTIVES[x][0] == "maximize" else "left"
+    vertical = "top" if OBJECTIVES[y].direction == "maximize" else "bottom"
+    horizontal = "right" if OBJECTIVES[x].direction == "maximize" else "left"
     return f"best: {vertical} {horizontal}"
 
 
 def _short(name: str) -> str:
-    return OBJECTIVES[name][1].split(" (")[0]
+    return OBJECTIVES[name].label.split(" (")[0]
 
 
 def _number(v: Any) -> bool:
@@ -103,16 +104,30 @@ def _number(v: Any) -> bool:
 def _write_html(fig: Any, path: Path) -> str:
     """Write ``fig`` for offline viewing; return its HTML for W&B (plotly from the CDN).
 
-    The page loads ``plotly.min.js`` from its own directory; both are written whole
+    The page loads ``plotly.min.js`` from its own directory (:func:`_link_plotly_bundle`),
+    so a copied run directory still opens offline; the page is written whole
     (:func:`search.files.write_atomic`): parallel workers redraw the same plots.
     """
-    bundle = path.parent / "plotly.min.js"
-    if not bundle.is_file():
-        from plotly.offline import get_plotlyjs
-
-        write_atomic(bundle, get_plotlyjs())
+    _link_plotly_bundle(path.parent / "plotly.min.js")
     write_atomic(path, fig.to_html(include_plotlyjs="directory", full_html=True))
     return fig.to_html(include_plotlyjs="cdn", full_html=True)
+
+
+def _link_plotly_bundle(dst: Path) -> str:
+    """Make ``dst`` plotly's 4.8 MB bundle, stored once per machine; return how (:func:`search.cache.link_file`).
+
+    The bundle is written once into the shared cache (``<cache>/assets/plotly-<version>.min.js``,
+    :func:`search.cache.shared_file`, checked against the installed plotly's bytes) and
+    ``dst`` is a hard link to it (a symbolic link across file systems, a copy where
+    neither works), so a study costs no extra disk. A ``dst`` that already holds it is left alone.
+    """
+    import plotly
+    from plotly.offline import get_plotlyjs
+
+    from search.cache import link_file, shared_file
+
+    bundle = shared_file(f"plotly-{plotly.__version__}.min.js", get_plotlyjs().encode("utf-8"))
+    return link_file(bundle, dst)
 
 
 def _savefig(fig: Any, path: Path) -> None:

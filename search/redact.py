@@ -5,7 +5,8 @@ A database storage carries its password in the URL
 Hydra's ``.hydra/{config,hydra,overrides}.yaml`` (Hydra writes them before the job
 starts; :func:`redact_files` rewrites them at once), into W&B's run metadata (W&B
 records ``sys.argv``; :func:`redacted_argv` hides it while a run starts), into log
-lines (:func:`redact_log_records`) and into error messages. :func:`redact` hides URL
+lines (:func:`redact_log_records`), onto the console (:func:`redact_console`: what Hydra
+prints itself, ``--cfg job`` included) and into error messages. :func:`redact` hides URL
 passwords (as SQLAlchemy's ``render_as_string(hide_password=True)`` does:
 ``user:***@host``) and the value of any key named like a secret (``password``,
 ``token``, ``api_key``, ``secret``, ...), in a string, a ``key=value`` override, a
@@ -23,7 +24,16 @@ from typing import Any, Iterable, Iterator
 
 from search.files import write_atomic
 
-__all__ = ["HIDDEN", "redact", "redact_files", "hydra_files", "redact_log_records", "redacted_argv", "is_secret_key"]
+__all__ = [
+    "HIDDEN",
+    "redact",
+    "redact_files",
+    "hydra_files",
+    "redact_log_records",
+    "redact_console",
+    "redacted_argv",
+    "is_secret_key",
+]
 
 HIDDEN = "***"
 
@@ -124,3 +134,39 @@ def redacted_argv() -> Iterator[None]:
         yield
     finally:
         sys.argv = argv
+
+
+class _RedactingStream:
+    """A text stream that redacts what is written to it, and is otherwise the stream it wraps."""
+
+    redacts = True
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(redact(text) if isinstance(text, str) else text)
+        return len(text)  # what the caller gave: print() and logging check nothing else
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:  # flush, fileno, isatty, encoding, buffer, ...
+        return getattr(self._stream, name)
+
+
+def redact_console() -> None:
+    """Redact everything this process writes to ``sys.stdout`` and ``sys.stderr`` from now on.
+
+    For ``python -m search``: Hydra prints some things itself, before or without the job
+    (``--cfg job``/``--cfg hydra`` print the composed config, storage URL included);
+    a wrapped stream is the one place that sees all of them. A secret split across two
+    ``write`` calls is not seen whole; Hydra, Python's ``print`` and logging write each
+    line in one call.
+    """
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not getattr(stream, "redacts", False):
+            setattr(sys, name, _RedactingStream(stream))
+

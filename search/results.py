@@ -28,19 +28,13 @@ from typing import Any, Sequence
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from search.config import OBJECTIVES
+from search.config import OBJECTIVES, SearchConfig, enumerates, steps_of
 from search.files import atomic_path, write_atomic
-from search.objective import (
-    DUPLICATE_ATTR,
-    FAIL_REASON_ATTR,
-    INFEASIBLE_ATTR,
-    INTERACTIVE_ATTR,
-    LOSS_CURVE_ATTR,
-    PERF_ATTR,
-    SURPLUS_ATTR,
-    evaluated_nothing,
-)
+from search.exact import ENUMERATION_ATTR
+from search.objective import INFEASIBLE_ATTR, INTERACTIVE_ATTR, LOSS_CURVE_ATTR, PERF_ATTR
+from search.scoring import definitions
 from search.space import human_count
+from search.study import DUPLICATE_ATTR, FAIL_REASON_ATTR, SURPLUS_ATTR, evaluated_nothing
 
 __all__ = [
     "trial_rows",
@@ -52,6 +46,8 @@ __all__ = [
     "format_pareto_table",
     "print_pareto_table",
     "PARETO_COLUMNS",
+    "loss_definition",
+    "summary_extra",
 ]
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
@@ -162,7 +158,7 @@ def pareto_rows(rows: list[dict[str, Any]], objectives: Sequence[str]) -> list[d
     """The Pareto rows, sorted by the first performance objective (best first)."""
     front = [r for r in rows if r["pareto"]]
     perf = next((n for n in objectives if n != "loss"), objectives[0])
-    sign = -1 if OBJECTIVES[perf][0] == "maximize" else 1
+    sign = -1 if OBJECTIVES[perf].direction == "maximize" else 1
     return sorted(front, key=lambda r: sign * (r.get(perf) or 0.0))
 
 
@@ -268,7 +264,7 @@ def write_results(
     if curves:
         _write_json(run_dir / "loss_curves.json", curves)
     ref = reference_point(study)
-    directions = [OBJECTIVES[n][0] for n in objectives]
+    directions = [OBJECTIVES[n].direction for n in objectives]
     hv = None
     if ref is not None:
         hv = hypervolume([[r[n] for n in objectives] for r in front], ref, directions)
@@ -384,3 +380,36 @@ def print_pareto_table(summary: dict[str, Any], *, title: str) -> None:
     console.print(table)
     for line in summary.get("definitions") or []:
         print(f"  {line}")
+
+
+def loss_definition(cfg: SearchConfig) -> str:
+    """What the loss objective is, in words: which model, how many tokens, which parametrization."""
+    p = cfg.proxy
+    steps = steps_of(p)
+    tokens = steps * p.data.batch_size * p.data.seq_len
+    r = p.reduction
+    size = ("the full-size candidate" if r.width == 1 and r.depth == 1 and r.experts == 1 else
+            f"its proxy (widths x{r.width:g}, layers x{r.depth:g}, experts x{r.experts:g})")
+    budget = f"after {tokens:,} training tokens ({steps} steps)"
+    h = p.halving
+    if h.rungs > 1:
+        first = tokens // h.eta ** (h.rungs - 1)
+        budget = (f"after the most training tokens it reached under successive halving ({first:,} tokens for every "
+                  f"candidate, up to {tokens:,} for the best 1/{h.eta ** (h.rungs - 1)}; proxy_steps in the results)")
+    param = (f"muP (base width {p.mup.base_hidden}, lr {p.lr:g})" if p.mup is not None
+             else f"standard parametrization (lr {p.lr:g})")
+    return (f"loss: validation loss (nats/token) of {size} {budget}, {param}, "
+            f"QAT in the serving precision: a ranking of shapes at the proxy's scale, not a loss the "
+            f"full-size model will reach (benchmarks/results/proxy_fidelity.md measures how well it ranks)")
+
+
+def summary_extra(cfg: SearchConfig, study: optuna.Study) -> dict[str, Any]:
+    """summary.json's account of what the numbers mean: the operating points and the runtime's limits."""
+    d = cfg.deployment
+    return {
+        "definitions": ([loss_definition(cfg)] if "loss" in cfg.objectives.names else []) + definitions(d),
+        "interactive_concurrency": d.interactive_concurrency,
+        "runtime": {"max_batch": d.max_batch, "max_num_tokens": d.max_num_tokens},
+        "strategy": "enumerate" if enumerates(cfg) else "sample",
+        "enumeration": study.user_attrs.get(ENUMERATION_ATTR),
+    }

@@ -276,25 +276,20 @@ def score_candidate(arch: Architecture, gpu: Any, deployment_cfg: Any, precision
 
 
 def objective_value(name: str, scores: Scores, loss: float | None) -> float:
-    """The value of objective ``name`` (see :data:`search.config.OBJECTIVES`).
+    """The value of objective ``name``, in the unit of its label (:data:`search.config.OBJECTIVES`).
 
     ``tokens_per_s_per_gpu`` comes from the throughput point; ``tokens_per_s_per_user``,
     ``ttft_ms`` and ``tpot_ms`` from the interactive point.
     """
-    if name == "loss":
+    spec = OBJECTIVES.get(name)
+    if spec is None:
+        raise ValueError(f"unknown objective {name!r}; known: {', '.join(OBJECTIVES)}")
+    if spec.point is None:
         if loss is None:
-            raise ValueError("the loss objective needs a proxy loss")
+            raise ValueError(f"the {name} objective needs a proxy loss")
         return float(loss)
-    if name == "tokens_per_s_per_gpu":
-        return float(scores.throughput.prediction.output_tokens_per_s_per_gpu)
-    p = scores.interactive.prediction
-    if name == "tokens_per_s_per_user":
-        return float(p.output_tokens_per_s_per_user)
-    if name == "ttft_ms":
-        return float(p.ttft_s) * 1e3
-    if name == "tpot_ms":
-        return float(p.tpot_s) * 1e3
-    raise ValueError(f"unknown objective {name!r}; known: {', '.join(OBJECTIVES)}")
+    point = scores.throughput if spec.point == "throughput" else scores.interactive
+    return float(getattr(point.prediction, spec.field)) * spec.scale
 
 
 def prediction_dict(p: Any) -> dict[str, Any]:

@@ -98,13 +98,13 @@ def suggest_candidate(trial: Any, space: Any, deployment: Any) -> Candidate:
     (capped at layers - 1); ``precision`` when searched.
     """
     ffn_unit, expert_unit = ffn_units(space, deployment)
-    hidden = trial.suggest_int("hidden", int(space.hidden[0]), int(space.hidden[1]), step=hidden_step(space))
-    layers = trial.suggest_int("layers", int(space.layers[0]), int(space.layers[1]), step=int(space.layers_step))
+    hidden = trial.suggest_int("hidden", int(space.hidden[0]), int(space.hidden[-1]), step=hidden_step(space))
+    layers = trial.suggest_int("layers", int(space.layers[0]), int(space.layers[-1]), step=int(space.layers_step))
     head_dim = int(trial.suggest_categorical("head_dim", [int(h) for h in space.head_dim]))
     heads = max(1, hidden // head_dim)
     kv_asked = int(trial.suggest_categorical("kv_heads", [int(k) for k in space.kv_heads]))
     kv_heads = largest_divisor_at_most(heads, kv_asked)
-    lo, hi = float(space.ffn_multiplier[0]), float(space.ffn_multiplier[1])
+    lo, hi = float(space.ffn_multiplier[0]), float(space.ffn_multiplier[-1])
     step = float(space.ffn_multiplier_step)
     mult = trial.suggest_float("ffn_multiplier", lo, hi, step=step) if hi - lo >= step else lo
     ffn = _round_to(mult * hidden, ffn_unit)
@@ -121,14 +121,14 @@ def suggest_candidate(trial: Any, space: Any, deployment: Any) -> Candidate:
     )
     if space.experts:
         experts = int(trial.suggest_categorical("experts", [int(e) for e in space.experts]))
-        k_lo, k_hi = int(space.experts_per_token[0]), int(space.experts_per_token[1])
+        k_lo, k_hi = int(space.experts_per_token[0]), int(space.experts_per_token[-1])
         top_k = min(experts, trial.suggest_int("experts_per_token", k_lo, k_hi)) if k_hi > k_lo else k_lo
-        s_lo, s_hi = int(space.shared_experts[0]), int(space.shared_experts[1])
+        s_lo, s_hi = int(space.shared_experts[0]), int(space.shared_experts[-1])
         shared = trial.suggest_int("shared_experts", s_lo, s_hi) if s_hi > s_lo else s_lo
-        e_lo, e_hi = float(space.expert_ffn_multiplier[0]), float(space.expert_ffn_multiplier[1])
+        e_lo, e_hi = float(space.expert_ffn_multiplier[0]), float(space.expert_ffn_multiplier[-1])
         e_step = float(space.expert_ffn_multiplier_step)
         e_mult = trial.suggest_float("expert_ffn_multiplier", e_lo, e_hi, step=e_step) if e_hi - e_lo >= e_step else e_lo
-        d_lo, d_hi = int(space.dense_layers[0]), int(space.dense_layers[1])
+        d_lo, d_hi = int(space.dense_layers[0]), int(space.dense_layers[-1])
         dense = trial.suggest_int("dense_layers", d_lo, d_hi) if d_hi > d_lo else d_lo
         kw.update(
             experts=experts,
@@ -292,7 +292,7 @@ def parallelism_coverage(space: Any, deployment: Any) -> tuple[int, int, list[st
     ffn_unit, expert_unit = ffn_units(space, deployment)
     step = hidden_step(space)
     layouts = set()
-    for hidden in range(int(space.hidden[0]), int(space.hidden[1]) + 1, step):
+    for hidden in range(int(space.hidden[0]), int(space.hidden[-1]) + 1, step):
         for head_dim in space.head_dim:
             heads = max(1, hidden // int(head_dim))
             for kv in space.kv_heads:
@@ -314,7 +314,7 @@ def parallelism_coverage(space: Any, deployment: Any) -> tuple[int, int, list[st
     ok = 0
     for heads, kv, head_dim in sorted(layouts):
         arch = Architecture(
-            hidden=heads * head_dim, layers=int(space.layers[1]), heads=heads, kv_heads=kv, head_dim=head_dim,
+            hidden=heads * head_dim, layers=int(space.layers[-1]), heads=heads, kv_heads=kv, head_dim=head_dim,
             ffn=ffn_unit, vocab=int(space.vocab), **moe,
         )
         servable = False

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,7 +39,6 @@ from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from search.files import write_atomic
-from search.objective import worker_is_gone
 
 __all__ = [
     "WorkerSeededSampler",
@@ -48,6 +48,7 @@ __all__ = [
     "run_dir_lock",
     "summary_turn",
     "record_summary",
+    "worker_is_gone",
 ]
 
 STUDY_UID_ATTR = "study_uid"  # study user attribute: a random id, the same for every worker of the study
@@ -102,6 +103,24 @@ class WorkerSeededSampler(BaseSampler):
 
     def reseed_rng(self) -> None:
         self.inner.reseed_rng()
+
+
+def worker_is_gone(t: FrozenTrial) -> bool:
+    """Whether the worker running ``t`` is a process of this host that no longer exists.
+
+    Each trial records its worker's host and pid (``worker`` user attribute). A trial of
+    another host, of a live process, or without the record is not known to be gone.
+    """
+    w = t.user_attrs.get("worker") or {}
+    if w.get("host") != socket.gethostname() or not isinstance(w.get("pid"), int) or w["pid"] == os.getpid():
+        return False
+    try:
+        os.kill(w["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
 
 
 def ensure_study_uid(study: optuna.Study) -> None:

@@ -69,7 +69,7 @@ def test_callback_refuses_nvfp4_on_h100():
 
 
 def test_search_refuses_nvfp4_on_h100_before_any_trial():
-    from search.app import _check_precisions, _resolve_gpu
+    from search.checks import check_precisions as _check_precisions, resolve_gpu as _resolve_gpu
     from search.compose import compose_config
     from search.config import ConfigError, to_search_config, validate
 

@@ -171,3 +171,32 @@ def test_bad_override_value_is_a_config_error(tmp_path):
         run(cfg, run_dir=tmp_path / "run")
     with pytest.raises(ConfigError, match="unknown GPU field"):
         validate(to_search_config(compose_cfg("+hardware.overrides.hbm_speed=1")))
+
+
+def test_experts_on_a_dense_space_make_it_moe_with_the_moe_fields_defaults():
+    # space.shared_experts defaults to [0]: one value fixes a range, so turning a dense space into an MoE space
+    # needs no other key (before: "space.shared_experts=[0]: give an inclusive range", a key the user never set)
+    from search.space import enumerate_candidates
+
+    cfg = validate(to_search_config(compose_cfg("space.experts=[4,8]")))
+    archs = [cand.arch for _, _, cand in enumerate_candidates(cfg.space, cfg.deployment)]
+    assert {a.experts for a in archs} == {4, 8} and {a.shared_experts for a in archs} == {0}
+    assert {a.experts_per_token for a in archs} == {1, 2}
+
+
+@pytest.mark.parametrize("override, measure, expected", [
+    ("space.hidden=[256]", lambda a: a.hidden, {256}),
+    ("space.layers=[4]", lambda a: a.layers, {4}),
+    ("space.ffn_multiplier=[3.0]", lambda a: a.ffn / a.hidden, {3.0}),  # 3x every hidden size
+])
+def test_one_value_fixes_a_range(override, measure, expected):
+    from search.space import enumerate_candidates
+
+    cfg = validate(to_search_config(compose_cfg(override)))
+    assert {measure(cand.arch) for _, _, cand in enumerate_candidates(cfg.space, cfg.deployment)} == expected
+
+
+def test_three_values_are_not_a_range():
+    with pytest.raises(ConfigError, match=r"space\.layers=\[2, 4, 8\]: give an inclusive range \[low, high\], or one "
+                                          r"value \[v\] to fix it"):
+        validate(to_search_config(compose_cfg("space.layers=[2,4,8]")))

@@ -23,6 +23,7 @@ import pytest
 from optuna.trial import TrialState
 
 from search.app import run
+from search.config import ConfigError
 from search.train import train_proxy
 
 from search.compose import compose_config as compose_cfg
@@ -149,7 +150,7 @@ def test_orphaned_running_trial_of_a_dead_worker_is_failed_and_not_counted(tmp_p
     run_dir = tmp_path / "run"
     cfg = _cfg("n_trials=1", "study_name=orphan", "tracking=off", "plots=false", "objectives=perf_only", "strategy=sample")
     run(cfg, run_dir=run_dir)
-    from search.storage import make_storage
+    from search.study import make_storage
 
     storage, _ = make_storage(None, run_dir)
     study = optuna.load_study(study_name="orphan", storage=storage)
@@ -190,41 +191,60 @@ def test_failing_trials_are_recorded_and_the_study_goes_on(tmp_path):
 
 
 def test_infeasible_candidates_cost_no_proxy_run(tmp_path):
-    calls = []
+    from search.train import ProxyResult
 
-    def never(**kw):  # pragma: no cover - must not be called
-        calls.append(kw)
-        raise AssertionError("a proxy ran for an infeasible candidate")
+    trained = []
 
+    def fake(*, trial, **kw):  # a proxy run that only records which trial asked for it
+        trained.append(trial.number)
+        return ProxyResult(loss=3.0, steps=4, curve=((256, 3.0),))
+
+    # the space's totals run from 8.5M to 19.5M parameters: the band keeps the smaller shapes only
     res = run(
-        _cfg("n_trials=3", "study_name=infeasible", "tracking=off", "plots=false", "space.params.max_total=1000"),
+        _cfg("n_trials=6", "study_name=infeasible", "tracking=off", "plots=false", "sampler=random",
+             "space.params.max_total=1.2e7"),
         run_dir=tmp_path / "run",
-        train_fn=never,
+        train_fn=fake,
     )
-    assert not calls
-    assert len(res.study.trials) == 3
-    for t in res.study.trials:
-        assert t.state == TrialState.PRUNED
+    pruned = [t for t in res.study.trials if t.state == TrialState.PRUNED]
+    kept = [t for t in res.study.trials if t.state == TrialState.COMPLETE]
+    assert pruned and kept, "the seeded sampler no longer draws both kinds: the test covers nothing"
+    assert sorted(trained) == sorted(t.number for t in kept)  # a proxy ran for each feasible trial, none other
+    for t in pruned:
         assert t.constraints["params_total_max"] > 0
         assert "exceed space.params.max_total" in t.user_attrs["infeasible"]
-    assert res.summary["infeasible_before_training"] == 3 and res.summary["pareto_size"] == 0
+    assert res.summary["infeasible_before_training"] == len(pruned)
+
+
+def test_a_space_with_no_feasible_shape_stops_before_any_proxy_run(tmp_path):
+    def never(**kw):  # pragma: no cover - must not be called
+        raise AssertionError("a proxy ran")
+
+    with pytest.raises(ConfigError, match=r"none of its \d+ shapes is feasible\. Seen: total parameters N exceed "
+                                          r"space\.params\.max_total=N"):
+        run(_cfg("n_trials=3", "study_name=none", "tracking=off", "space.params.max_total=1000"),
+            run_dir=tmp_path / "run", train_fn=never)
 
 
 def test_perf_only_study_and_memory_constraint(tmp_path):
-    # a ~60B-class dense model on one H100 in BF16 (>110 GB of weights) does not fit: infeasible before training
-    res = run(
-        compose_cfg(
-            "hardware=h100", "space=dense", "objectives=perf_only", "strategy=sample", "deployment.weights=bf16",
-            "deployment.activations=bf16", "space.hidden=[7168,8192]", "space.layers=[64,80]",
-            "space.params.max_total=null", "n_trials=3", "study_name=mem", "tracking=off", "plots=false", "quiet=true",
-        ),
-        run_dir=tmp_path / "run",
-    )
-    evaluated = [t for t in res.study.trials if "duplicate_of" not in t.user_attrs]
-    assert len(evaluated) == 3  # the loop below checks every trial, and there are trials to check
-    for t in evaluated:
+    # dense models of 7-8k width on one H100 (80 GB) in BF16: under 30B parameters (60 GB of weights) fit, over 45B
+    # (90 GB) do not
+    base = ("hardware=h100", "space=dense", "objectives=perf_only", "deployment.weights=bf16",
+            "deployment.activations=bf16", "space.hidden=[7168,8192]", "space.params.max_total=null",
+            "tracking=off", "plots=false", "quiet=true")
+    res = run(compose_cfg(*base, "space.layers=[8,80]", "space.layers_step=72", "study_name=mem"),
+              run_dir=tmp_path / "run")
+    too_big = [t for t in res.study.trials if t.user_attrs["params_total"] > 45e9]
+    fit = [t for t in res.study.trials if t.user_attrs["params_total"] < 30e9]
+    assert too_big and fit  # the loops below check trials of both kinds
+    for t in too_big:
         assert t.state == TrialState.PRUNED and t.constraints["memory"] > 0, t.user_attrs
         assert "does not fit" in t.user_attrs["infeasible"]
+    for t in fit:
+        assert t.constraints["memory"] <= 0, t.user_attrs
+    # a space of which nothing fits stops before the study starts, saying why
+    with pytest.raises(ConfigError, match=r"none of its \d+ shapes is feasible\. Seen: does not fit"):
+        run(compose_cfg(*base, "space.layers=[64,80]", "study_name=mem2"), run_dir=tmp_path / "run2")
 
 
 def test_postgresql_storage(tmp_path, postgres_url):

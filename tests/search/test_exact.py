@@ -8,10 +8,12 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from search.app import finished_count, run
+from search.app import run
+from search.study import finished_count
 from search.compose import compose_config
 from search.config import ConfigError, to_search_config
-from search.objective import DUPLICATE_ATTR, evaluate
+from search.objective import evaluate
+from search.study import DUPLICATE_ATTR
 from search.scoring import objective_value
 from search.space import enumerate_candidates
 
@@ -39,7 +41,7 @@ def test_perf_only_enumerates_the_space_and_returns_the_exact_front(tmp_path):
     # the front equals the brute-force front of independently scored candidates
     names = ["tokens_per_s_per_gpu", "tokens_per_s_per_user"]
     points = []
-    from search.app import _resolve_gpu
+    from search.checks import resolve_gpu as _resolve_gpu
 
     gpu = _resolve_gpu(cfg)
     for c in cands:
@@ -54,12 +56,25 @@ def test_perf_only_enumerates_the_space_and_returns_the_exact_front(tmp_path):
 
 
 def test_a_parameter_band_is_applied_before_scoring(tmp_path):
-    band = ("space.params.min_total=9e6", "space.params.max_total=1.3e7", "study_name=band")
+    # totals of the 16 shapes: eight of 8.49M-8.98M, eight of 17.5M-19.3M; the band keeps 6 + 2 of them
+    band = ("space.params.min_total=8.6e6", "space.params.max_total=1.8e7", "study_name=band")
     res = run(compose_config(*SMALL, *band), run_dir=tmp_path / "run")
     e = res.summary["enumeration"]
-    assert e["outside_band"] > 0 and e["scored"] + e["outside_band"] == 16
+    assert (e["scored"], e["outside_band"]) == (8, 8)
+    assert len(res.study.trials) == 8
     for t in res.study.trials:
-        assert 9e6 <= t.user_attrs["params_total"] <= 1.3e7
+        assert 8.6e6 <= t.user_attrs["params_total"] <= 1.8e7
+
+
+@pytest.mark.parametrize("strategy", ["enumerate", "sample"])
+def test_a_space_with_no_feasible_shape_is_refused_before_any_trial(tmp_path, strategy):
+    # every shape of SMALL is below 9M or above 13M parameters: the band is empty
+    band = ("space.params.min_total=9e6", "space.params.max_total=1.3e7", f"strategy={strategy}", "n_trials=4")
+    with pytest.raises(ConfigError, match=r"no shape of space='dense_tiny' can be kept on b200 .* none of its 16 shapes "
+                                          r"is feasible\. Seen: total parameters N below space\.params\.min_total=N "
+                                          r"\(8 of 16\); total parameters N exceed space\.params\.max_total=N \(8 of 16\)"):
+        run(compose_config(*SMALL, *band), run_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()  # refused before the study was created
 
 
 def test_enumeration_is_refused_when_loss_is_an_objective():
@@ -92,7 +107,7 @@ def test_sampling_stops_when_the_space_is_exhausted(tmp_path, capsys):
 
 
 def test_a_duplicate_of_a_running_trial_is_not_evaluated_again():
-    from search.objective import duplicate_of
+    from search.study import duplicate_of
 
     study = optuna.create_study(directions=["maximize", "maximize"])
     running = study.ask()

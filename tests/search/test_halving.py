@@ -90,7 +90,7 @@ def test_a_study_promotes_non_dominated_candidates_to_longer_runs(tmp_path):
 
 
 def test_the_loss_objective_is_defined_in_words():
-    from search.app import loss_definition
+    from search.results import loss_definition
 
     cfg = to_search_config(compose_config("tracking=off", "proxy.budget.steps=150", "proxy.data.batch_size=8",
                                           "proxy.data.seq_len=128"))

@@ -1,7 +1,7 @@
 """Interrupted trials: recorded with their reason, not counted toward n_trials, their shapes evaluated again.
 
 A database storage fails a trial whose heartbeat stopped (Optuna's ``fail_stale_trials``) with the
-project's "interrupted" reason and queues its shape (search/storage.py); a journal study's trial of a
+project's "interrupted" reason and queues its shape (search/study.py); a journal study's trial of a
 killed worker (dead pid) or of Ctrl-C is failed as interrupted at the next start, and its shape queued
 once (search/app.py). The retry is evaluated by the next run and is no duplicate of its failed original.
 """
@@ -16,22 +16,24 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from search import storage as storage_mod
-from search.app import fail_orphaned_trials, finished_count, run
+from search import study as storage_mod
+from search.app import run
 from search.compose import compose_config
 from search.config import to_search_config
-from search.objective import (
+from search.objective import unseen_params
+from search.space import candidate_key, suggest_candidate
+from search.study import (
     DUPLICATE_ATTR,
     FAIL_REASON_ATTR,
     INTERRUPTED,
     RETRY_OF_ATTR,
     counts_toward_n_trials,
+    fail_orphaned_trials,
+    finished_count,
     held_count,
+    make_storage,
     retry_interrupted,
-    unseen_params,
 )
-from search.space import candidate_key, suggest_candidate
-from search.storage import make_storage
 
 # 16 distinct shapes, performance objectives only: trials take milliseconds
 SMALL = (
@@ -81,7 +83,7 @@ def test_a_trial_without_heartbeat_is_interrupted_and_its_shape_retried(tmp_path
     study._storage.record_heartbeat(t._trial_id)
     time.sleep(2.2)  # past the 1 s grace period (SQLite's clock has whole seconds)
 
-    assert fail_orphaned_trials(study) == [t.number]  # the job's start reaps it
+    assert fail_orphaned_trials(study, storage) == [t.number]  # the job's start reaps it
     lost = study.trials[t.number]
     assert lost.state == TrialState.FAIL
     assert lost.user_attrs[FAIL_REASON_ATTR].startswith(f"{INTERRUPTED}: no heartbeat from worker elsewhere pid 1")
@@ -122,6 +124,22 @@ def test_a_killed_or_interrupted_journal_trial_is_retried_once(tmp_path: Path):
     assert retry_interrupted(res.study) == []
     res = run(_cfg("n_trials=4", "study_name=killed"), run_dir=run_dir)
     assert res.ran == 0 and not res.study.get_trials(states=(TrialState.WAITING,))
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")  # the test starts a trial by hand
+def test_no_retry_is_queued_when_the_study_already_holds_n_trials(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(storage_mod, "HEARTBEAT_INTERVAL_S", 1)
+    monkeypatch.setattr(storage_mod, "GRACE_PERIOD_S", 1)
+    run_dir, url = tmp_path / "run", f"sqlite:///{tmp_path / 'study.db'}"
+    assert run(_cfg(f"storage={url}", "n_trials=2", "study_name=full"), run_dir=run_dir).finished == 2
+    storage, _ = make_storage(url, run_dir, n_trials=2)  # as the job opens it: n_trials=2 are held
+    study = optuna.load_study(study_name="full", storage=storage)
+    t = _start_unseen_trial(study, _cfg(f"storage={url}", "study_name=full"), {"host": "elsewhere", "pid": 1})
+    study._storage.record_heartbeat(t._trial_id)
+    time.sleep(2.2)
+    assert fail_orphaned_trials(study, storage) == [t.number]
+    assert study.trials[t.number].user_attrs[FAIL_REASON_ATTR].startswith(INTERRUPTED)
+    assert study.get_trials(states=(TrialState.WAITING,)) == []  # nothing is missing: no shape queued
 
 
 @pytest.mark.parametrize("state", [TrialState.COMPLETE, TrialState.RUNNING])

@@ -131,6 +131,28 @@ def test_a_failing_job_does_not_print_the_password(tmp_path, args, says):
     _assert_no_password(tmp_path, proc)
 
 
+@pytest.mark.parametrize("what, shows", [("job", f"storage: {SHOWN}"), ("hydra", f"- storage={SHOWN}")])
+def test_printing_the_config_hides_the_password(tmp_path, what, shows):
+    # Hydra prints --cfg itself, without running the job: the console streams are redacted for it
+    proc = _job(tmp_path, f"storage={URL}", "--cfg", what)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert shows in proc.stdout.splitlines() or shows in proc.stdout
+    _assert_no_password(tmp_path, proc)
+
+
+def test_the_console_streams_redact_what_is_written(capsys):
+    import io
+
+    from search.redact import _RedactingStream
+
+    buf = io.StringIO()
+    stream = _RedactingStream(buf)
+    print(f"storage={URL}", file=stream)
+    stream.writelines([f"url {URL}\n", "plain\n"])
+    stream.flush()  # delegated to the wrapped stream
+    assert buf.getvalue() == f"storage={SHOWN}\nurl {SHOWN}\nplain\n"
+
+
 # A job whose run fails unexpectedly (a lost database, a bug), with the storage URL in its message
 _CRASH = """
 import runpy, sys

@@ -158,7 +158,7 @@ def test_early_stopping_compares_only_with_trials_at_least_as_fast():
 
 
 def test_hardware_overrides_reach_the_performance_model():
-    from search.app import _resolve_gpu
+    from search.checks import resolve_gpu as _resolve_gpu
 
     cfg = to_search_config(compose_cfg("+hardware.overrides.hbm_bytes_per_s=1.0e12",
                                        "+hardware.overrides.peak_flops_per_s.fp8=1.0e15"))

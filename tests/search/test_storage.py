@@ -1,4 +1,4 @@
-"""The journal storage survives a crash mid-write (search/storage.py).
+"""The journal storage survives a crash mid-write (search/study.py).
 
 A study with finished trials is cut inside its last record, as a process killed
 mid-write leaves it; opening it the project's way must keep every finished trial,
@@ -16,7 +16,7 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
-from search.storage import make_storage
+from search.study import make_storage
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

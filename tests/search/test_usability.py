@@ -207,13 +207,13 @@ def test_the_perf_only_recipe_on_other_hardware_is_its_own_study():
 
 
 def test_proxy_sizes_are_announced_and_a_space_whose_smallest_proxy_cannot_train_is_refused(tmp_path, monkeypatch, capsys):
-    import search.app
+    import search.checks
 
     def never(**kw):  # pragma: no cover - must not be called
         raise AssertionError("a proxy ran")
 
     cfg = ("n_trials=1", "study_name=mem", *TINY)
-    monkeypatch.setattr(search.app, "TRAIN_STATE_BYTES_PER_PARAM", 10**12)  # no machine holds one parameter
+    monkeypatch.setattr(search.checks, "TRAIN_STATE_BYTES_PER_PARAM", 10**12)  # no machine holds one parameter
     with pytest.raises(ConfigError, match=r"the smallest proxy of space='dense_tiny' has .* parameters: training it needs"):
         run(compose_config(*cfg), run_dir=tmp_path, train_fn=never)
     assert "proxies: " in capsys.readouterr().out
@@ -230,7 +230,7 @@ def test_space_corners_are_the_smallest_and_largest_candidates():
 
 
 def test_a_precision_search_with_the_loss_objective_says_the_penalty_is_within_noise():
-    from search.app import _check_precision_search
+    from search.checks import check_precision_search as _check_precision_search
 
     said: list[str] = []
     _check_precision_search(to_search_config(compose_config("experiment=dense_1b_b200_fp8_vs_nvfp4", "tracking=off")),

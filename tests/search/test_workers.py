@@ -160,6 +160,27 @@ def test_three_workers_share_a_journal_study(tmp_path):
 
 
 @pytest.mark.slow
+def test_workers_enumerating_one_space_score_each_shape_once(tmp_path):
+    # performance objectives, strategy=enumerate: the first worker scores the 16 shapes, the others wait for the
+    # run dir's lock and find every shape scored
+    launcher = tmp_path / "launch.py"
+    launcher.write_text(LAUNCHER)
+    args = [a for a in SMALL if a != "strategy=sample"] + ["strategy=enumerate", "study_name=enum", "tracking=off",
+                                                           "plots=false"]
+    procs = [subprocess.Popen([sys.executable, str(launcher), *args], cwd=tmp_path, env=_env(tmp_path),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(WORKERS)]
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert [p.returncode for p in procs] == [0] * WORKERS, [e[-2000:] for _, e in outs]
+    run_dir = tmp_path / "outputs" / "enum"
+    study = optuna.load_study(study_name="enum", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(run_dir / "study.journal"))))
+    keys = [t.user_attrs["candidate_key"] for t in study.get_trials()]
+    assert len(keys) == 16 == len(set(keys))
+    scored = sorted(int(line.split()[1]) for out, _ in outs for line in out.splitlines() if line.startswith("scored "))
+    assert scored == [0] * (WORKERS - 1) + [16], scored
+
+
+@pytest.mark.slow
 def test_three_workers_share_a_postgresql_study(tmp_path, postgres_url):
     url = postgres_url
     name = f"co-design-workers-{uuid.uuid4().hex[:12]}"
@@ -179,7 +200,7 @@ def test_three_workers_share_a_postgresql_study(tmp_path, postgres_url):
 
 # --------------------------------------------------------------------------- in-process, fast
 def test_each_worker_seeds_its_sampler_from_its_first_trial():
-    from search.app import open_study
+    from search.study import open_study
     from search.compose import compose_config
     from search.config import to_search_config
 
@@ -211,7 +232,7 @@ def test_each_worker_seeds_its_sampler_from_its_first_trial():
 
 
 def test_a_shape_in_flight_on_another_worker_is_a_duplicate():
-    from search.objective import duplicate_of
+    from search.study import duplicate_of
 
     study = optuna.create_study(directions=["maximize", "maximize"])
     low, high = study.ask(), study.ask()  # both RUNNING, as on two workers
@@ -234,7 +255,7 @@ def test_a_shape_in_flight_on_another_worker_is_a_duplicate():
 
 
 def test_in_flight_trials_count_toward_n_trials():
-    from search.objective import held_count
+    from search.study import held_count
 
     study = optuna.create_study(directions=["maximize", "maximize"])
     done = study.ask()
