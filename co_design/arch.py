@@ -394,9 +394,10 @@ class Architecture:
         return cls(**data)  # __post_init__ reads an mla mapping
 
     @classmethod
-    def from_hf_config(cls, config: Mapping[str, Any], *, name: str | None = None) -> "Architecture":
-        """Build from a Hugging Face ``config.json`` mapping (see module docstring)."""
-        from co_design._hf import architecture_from_hf
+    def from_hf_config(cls, config: Mapping[str, Any] | Any, *, name: str | None = None) -> "Architecture":
+        """Build from a Hugging Face ``config.json`` mapping or a ``transformers`` ``PretrainedConfig``
+        (transformers 4 and 5 spellings; see :mod:`co_design.readers.hf`)."""
+        from co_design.readers.hf import architecture_from_hf
 
         return architecture_from_hf(config, name=name)
 

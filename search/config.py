@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, NamedTuple, Optional
 
-from co_design.perf.roofline import PRECISIONS as _PERF_PRECISIONS
+from co_design.precision import PRECISIONS as _PRECISIONS
 
 __all__ = [
     "BudgetConfig",
@@ -96,8 +96,8 @@ SAMPLERS: dict[str, SamplerSpec] = {
     "random": SamplerSpec("RandomSampler", ()),
 }
 STRATEGIES = ("auto", "sample", "enumerate")
-#: serving/QAT precisions: the performance model's (co_design.perf.PRECISIONS), narrowest first
-PRECISIONS = _PERF_PRECISIONS
+#: serving/QAT precisions (co_design.precision), narrowest first
+PRECISIONS = _PRECISIONS
 DATA_SOURCES = ("stdlib", "tokens", "datamodule")
 TRACKING_BACKENDS = ("wandb", "off")
 WANDB_MODES = ("auto", "offline", "online", "disabled")

@@ -13,7 +13,8 @@ Imports lightning, torch and optuna (the last only when a trial is used).
 """
 
 from co_design.callback._callback import CoDesignCallback, CoDesignWarning
-from co_design.callback._infer import ArchitectureInference, architecture_mismatches, infer_architecture
+from co_design.readers.base import ArchitectureInference
+from co_design.readers.modules import architecture_mismatches, infer_architecture
 from co_design.callback._stopping import (
     INTERMEDIATE_VALUES_ATTR,
     PRUNED_AT_STEP_ATTR,

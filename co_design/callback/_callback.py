@@ -8,8 +8,9 @@ Hooks (Lightning 2.6 fit order, REFERENCE.md §9):
   predict its serving performance, swap ``nn.Linear`` layers for fake-quant ones
   (in place, same parameter names, so checkpoints load into the plain model),
   and warn for each dimension that misses tile alignment.
-- ``on_fit_start``: log the prediction as ``co_design/...`` metrics and the
-  architecture/deployment as hyperparameters to every logger (rank zero).
+- ``on_fit_start``: log the prediction as ``co_design/...`` metrics, the quantization
+  coverage as ``co_design/quant/coverage*`` and the architecture/deployment as
+  hyperparameters to every logger (rank zero).
 - ``on_train_batch_end``: log ``quantization_stats`` every
   ``log_quant_every_n_steps`` optimizer steps (rank zero).
 - ``on_validation_end``: record the monitored value by global step
@@ -38,13 +39,16 @@ from torch import nn
 from co_design import perf
 from co_design import quant as quantization
 from co_design.arch import Architecture, ArchitectureError
-from co_design.callback._infer import ArchitectureInference, architecture_mismatches, infer_architecture
+from co_design.precision import PRECISIONS
+from co_design.readers.base import ArchitectureInference
+from co_design.readers.modules import architecture_mismatches, infer_architecture
 from co_design.callback._stopping import (
     INTERMEDIATE_VALUES_ATTR,
     PRUNED_AT_STEP_ATTR,
     MedianStoppingRule,
     StoppingRule,
 )
+from co_design.quant.fused import is_fused_quantized
 from co_design.hardware import GPU, PRECISION_FIELDS, check_precision, get_gpu, load_gpu, supported_precisions
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -52,7 +56,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["CoDesignCallback", "CoDesignWarning"]
 
-_FORMATS = ("nvfp4", "fp8", "bf16")
+#: below this share of the attention+FFN+expert weights quantized, the callback warns (REFERENCE.md section 1:
+#: deployments quantize every Linear but lm_head, embeddings, router and norms)
+MIN_COVERAGE = 0.9
 _BOUNDS = ("compute", "memory", "communication")
 DEFAULT_STOPPING = MedianStoppingRule()  # frozen: safe to share as the default argument
 
@@ -72,14 +78,14 @@ def _resolve_quant(value: Any) -> quantization.QuantConfig | None:
         fmt = value.strip().lower()
         if fmt in ("none", "off", "false", ""):
             return None
-        if fmt not in _FORMATS:
+        if fmt not in PRECISIONS:
             raise ValueError(
-                f"quant={value!r} is not a known format; use one of {list(_FORMATS)}, a co_design.quant.QuantConfig, "
+                f"quant={value!r} is not a known format; use one of {list(PRECISIONS)}, a co_design.quant.QuantConfig, "
                 "or None/False to train without fake quantization"
             )
         return quantization.QuantConfig(format=fmt)
     raise TypeError(
-        f"quant must be a format name {list(_FORMATS)}, a co_design.quant.QuantConfig or None/False, "
+        f"quant must be a format name {list(PRECISIONS)}, a co_design.quant.QuantConfig or None/False, "
         f"got {type(value).__name__}"
     )
 
@@ -210,7 +216,8 @@ class CoDesignCallback(Callback):
 
     Attributes after ``setup``: ``architecture``, ``inference`` (how it was found,
     None when given), ``prediction`` (:class:`~co_design.perf.Prediction`),
-    ``quantized_modules``, ``intermediate_values`` (``{global step: value}``),
+    ``quantized_modules``, ``quant_coverage`` (:class:`~co_design.quant.CoverageReport`,
+    printed at setup and logged at fit start), ``intermediate_values`` (``{global step: value}``),
     ``pruned`` and ``pruned_at_step``.
     """
 
@@ -256,6 +263,7 @@ class CoDesignCallback(Callback):
         self.inference: ArchitectureInference | None = None
         self.prediction: perf.Prediction | None = None
         self.quantized_modules: list[str] = []
+        self.quant_coverage: quantization.CoverageReport | None = None
         self.intermediate_values: dict[int, float] = {}
         self.pruned = False
         self.pruned_at_step: int | None = None
@@ -416,10 +424,12 @@ class CoDesignCallback(Callback):
             else:
                 pred = perf.predict(arch, self.gpu, self.deployment)
         except ValueError as exc:
+            d = self.deployment
+            layout = ", ".join(f"{f}={getattr(d, f)}" for f in ("tp", "ep", "pp", "helix") if getattr(d, f) != 1)
             raise ValueError(
-                f"CoDesignCallback: deployment {self.deployment} does not work for architecture "
-                f"{arch.name!r} on {self.gpu.name}: {exc}"
-            ) from exc
+                f"CoDesignCallback: deployment ({layout or 'one GPU'}) cannot serve {arch.name!r} on "
+                f"{self.gpu.name}: {exc}"
+            ) from None
         if not pred.fits:
             rank_zero_warn(
                 f"CoDesignCallback: {arch.name!r} does not fit on {self.deployment.gpus} x {self.gpu.name} "
@@ -453,19 +463,31 @@ class CoDesignCallback(Callback):
                     f"CoDesignCallback: {len(already)} layer(s) are already fake-quantized (a second fit, or "
                     "quantized by hand); not quantizing again"
                 )
+            self._report_coverage(quantization.quantization_coverage(pl_module))
             return
-        self.quantized_modules = quantization.quantize_model(pl_module, self.quant_config)
-        if not self.quantized_modules:
+        result = quantization.quantize_model(pl_module, self.quant_config)
+        self.quantized_modules = list(result)
+        self._report_coverage(result.coverage)
+
+    def _report_coverage(self, report: quantization.CoverageReport) -> None:
+        """Print the coverage report and warn when it is far below what the architecture implies."""
+        self.quant_coverage = report
+        rank_zero_info("CoDesignCallback: " + "\n".join(report.lines()))
+        share = report.fraction()
+        implied = ""
+        if self.architecture is not None and (self.inference is not None or self.verify_architecture):
+            c = self.architecture.param_counts()
+            expected = c.attention + c.dense_ffn + c.experts + c.shared_experts
+            quantized = sum(report.kinds.get(k, (0, 0))[0] for k in quantization.coverage.QUANTIZABLE_KINDS)
+            if expected:
+                share = min(share, quantized / expected)
+                implied = f" ({quantized:,} of the {expected:,} its architecture implies)"
+        if share < MIN_COVERAGE:
             rank_zero_warn(
-                f"CoDesignCallback: quant={self.quant_config.format!r} quantized no layer: every nn.Linear matched "
-                f"QuantConfig.skip={self.quant_config.skip}",
+                f"CoDesignCallback: quant={self.quant_config.format!r} covers only {share:.1%} of the attention, "
+                f"FFN and expert weights{implied}; skipped: {report.skipped or 'none'}; see the coverage report "
+                f"above (QuantConfig.skip={list(self.quant_config.skip)})",
                 category=CoDesignWarning,
-            )
-        else:
-            rank_zero_info(
-                f"CoDesignCallback: fake-quantized {len(self.quantized_modules)} layer(s) to "
-                f"{self.quant_config.format} "
-                f"(skipped patterns {list(self.quant_config.skip)})"
             )
 
     def _warn_alignment(self) -> None:
@@ -489,6 +511,9 @@ class CoDesignCallback(Callback):
             hp["bound"] = self.prediction.bound
         if self.inference is not None:
             hp["architecture_source"] = self.inference.source
+        if self.quant_coverage is not None:
+            hp["quant_kept_high_precision"] = {k: n for k, n in self.quant_coverage.kept.items() if n}
+            hp["quant_skipped"] = dict(self.quant_coverage.skipped)
         return {"co_design": hp}
 
     def _log_prediction(self, trainer: pl.Trainer) -> None:
@@ -504,6 +529,8 @@ class CoDesignCallback(Callback):
             f"TPOT {p.tpot_s * 1e3:.2f} ms, batch {p.batch}, {p.memory_per_gpu_bytes / 1e9:.1f} GB/GPU, "
             f"{p.bound}-bound{'' if p.fits else ', DOES NOT FIT'}"
         )
+        if self.quant_coverage is not None:
+            metrics.update(self.quant_coverage.metrics())
         hparams = self._hyperparameters()
         for logger in trainer.loggers:
             logger.log_hyperparams(hparams)
@@ -592,7 +619,7 @@ def _quantized_module_names(model: nn.Module) -> list[str]:
     """Names of modules that quantize_model already changed (FakeQuantLinear, quantized experts)."""
     names = []
     for name, module in model.named_modules():
-        if isinstance(module, quantization.FakeQuantLinear) or (
+        if isinstance(module, quantization.FakeQuantLinear) or is_fused_quantized(module) or (
             quantization.is_experts_module(module)
             and any(isinstance(getattr(module, a, None), quantization.FakeQuant)
                     for a in ("weight_quant", "input_quant"))
@@ -606,6 +633,8 @@ def _quantized_formats(model: nn.Module) -> set[str]:
     for module in model.modules():
         if isinstance(module, quantization.FakeQuantLinear):
             formats.add(module.config.format)
+        elif is_fused_quantized(module):
+            formats.add(module._co_design_fused_spec.config.format)
         elif quantization.is_experts_module(module):
             formats.update(
                 q.format for q in (getattr(module, a, None) for a in ("weight_quant", "input_quant"))

@@ -39,11 +39,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from co_design.precision import PRECISIONS as _NARROW_FIRST
+
 __all__ = ["GPU", "get_gpu", "list_gpus", "load_gpu", "HARDWARE_PATH_ENV"]
 
 HARDWARE_PATH_ENV = "CO_DESIGN_HARDWARE_PATH"
+PRECISIONS = _NARROW_FIRST[::-1]  # co_design.precision's formats, widest first (the order the tables list them)
 _DATA_DIR = Path(__file__).with_name("data")
-PRECISIONS = ("bf16", "fp8", "nvfp4")
 PRECISION_FIELDS = ("weights", "activations", "kv_cache")  # tensor classes a deployment sets a format for
 
 

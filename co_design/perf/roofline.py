@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
+
+from co_design.precision import PRECISIONS, Precision
 
 if TYPE_CHECKING:
     from co_design.hardware import GPU
@@ -40,8 +42,6 @@ __all__ = [
     "GemmCost",
 ]
 
-Precision = Literal["bf16", "fp8", "nvfp4"]
-PRECISIONS: tuple[str, ...] = ("nvfp4", "fp8", "bf16")  # narrow -> wide
 BYTES_PER_ELEMENT: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "nvfp4": 0.5625}
 _WIDTH = {"nvfp4": 0, "fp8": 1, "bf16": 2}
 _SWAP_AB_MAX_ROWS = 64  # tiles with fewer rows are swap-AB kernels for small M; their operand reuse is poor

@@ -4,13 +4,21 @@ Config object plus one verb (like torchao's ``quantize_``)::
 
     from co_design.quant import QuantConfig, quantize_model
     swapped = quantize_model(model, QuantConfig(format="nvfp4"))   # W4A4 QAT, in place
+    print(swapped.coverage)                                       # what is quantized, by kind
     dequantize_model(model)                                       # plain modules, trained weights
 
 Imports torch and nothing else of co_design.
 """
 
-from co_design.quant.api import dequantize_model, is_experts_module, quantization_stats, quantize_model
+from co_design.quant.api import (
+    QuantizedModules,
+    dequantize_model,
+    is_experts_module,
+    quantization_stats,
+    quantize_model,
+)
 from co_design.quant.config import DEFAULT_SKIP, QuantConfig
+from co_design.quant.coverage import CoverageReport, quantization_coverage
 from co_design.quant.formats import (
     BLOCK_SIZE,
     FORMATS,
@@ -24,6 +32,7 @@ from co_design.quant.modules import FakeQuant, FakeQuantLinear, InputFakeQuant, 
 
 __all__ = [
     "BLOCK_SIZE",
+    "CoverageReport",
     "DEFAULT_SKIP",
     "FORMATS",
     "FakeQuant",
@@ -31,6 +40,7 @@ __all__ = [
     "Format",
     "InputFakeQuant",
     "QuantConfig",
+    "QuantizedModules",
     "WeightFakeQuant",
     "dequantize_model",
     "fake_quantize",
@@ -38,6 +48,7 @@ __all__ = [
     "fake_quantize_fp8",
     "fake_quantize_nvfp4",
     "is_experts_module",
+    "quantization_coverage",
     "quantization_stats",
     "quantize_model",
 ]

@@ -10,10 +10,30 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 from co_design.quant.config import QuantConfig
+from co_design.quant.coverage import CoverageReport, quantization_coverage
 from co_design.quant.formats import BLOCK_SIZE, E2M1_MAX, _nvfp4_scales, _round_e2m1_, fake_quantize
+from co_design.quant.fused import (
+    dequantize_fused_experts,
+    fused_expert_weights,
+    is_fused_quantized,
+    quantize_fused_experts,
+    quantized_fused_weights,
+)
 from co_design.quant.modules import FakeQuant, FakeQuantLinear, InputFakeQuant, WeightFakeQuant
 
-__all__ = ["dequantize_model", "is_experts_module", "quantization_stats", "quantize_model"]
+__all__ = ["QuantizedModules", "dequantize_model", "is_experts_module", "quantization_stats", "quantize_model"]
+
+
+class QuantizedModules(list):
+    """The names of the modules :func:`quantize_model` changed (a list), with the whole story beside it.
+
+    ``coverage``: the :class:`~co_design.quant.coverage.CoverageReport` of the model after the call
+    (which share of attention/FFN/expert weights is quantized, what stayed high precision);
+    ``skipped``: ``{module name: reason}`` for what could not be quantized.
+    """
+
+    coverage: CoverageReport
+    skipped: dict[str, str]
 
 
 def is_experts_module(module: nn.Module) -> bool:
@@ -59,12 +79,16 @@ def _skipped(name: str, patterns: tuple[str, ...]) -> bool:
     return any(fnmatchcase(p, pattern) for p in paths for pattern in patterns)
 
 
-def quantize_model(model: nn.Module, config: QuantConfig | None = None) -> list[str]:
+def quantize_model(model: nn.Module, config: QuantConfig | None = None) -> QuantizedModules:
     """Fake-quantize ``model`` in place for QAT; return the names of the modules changed.
 
     Every ``nn.Linear`` (and subclasses that keep its forward) becomes a :class:`FakeQuantLinear`
     sharing the same Parameters and hooks; grouped-experts modules implementing the protocol get
-    parameter-free ``weight_quant`` / ``input_quant`` quantizers. Modules whose name, or an
+    parameter-free ``weight_quant`` / ``input_quant`` quantizers; experts stored as fused 3-D
+    parameters (transformers 5: ``gate_up_proj``/``down_proj`` with a declared ``is_transposed``
+    layout) fake-quantize them per expert along their reduction dim
+    (:mod:`co_design.quant.fused`). The returned list carries ``.coverage`` (a
+    :class:`~co_design.quant.coverage.CoverageReport`) and ``.skipped``. Modules whose name, or an
     ancestor's name, matches a ``config.skip`` pattern are left alone silently; layers that cannot
     be quantized (NVFP4 with in_features not a multiple of 16, Linear subclasses with their own
     forward, parametrized Linears, ``nn.MultiheadAttention.out_proj``) are left alone with a
@@ -82,27 +106,47 @@ def quantize_model(model: nn.Module, config: QuantConfig | None = None) -> list[
         )
     parents = {id(child): mod for mod in model.modules() for child in mod.children()}
     mapping: dict[int, nn.Module] = {}
-    swapped: list[str] = []
+    swapped = QuantizedModules()
+    skipped: dict[str, str] = {}
+
+    def skip(name: str, reason: str) -> None:
+        skipped[name] = reason
+        warnings.warn(f"quantize_model: not quantizing {name!r}: {reason}", stacklevel=3)
+
     for name, module in model.named_modules():
         if not name or _skipped(name, config.skip):
             continue
-        if isinstance(module, FakeQuantLinear):
+        if isinstance(module, FakeQuantLinear) or is_fused_quantized(module):
             continue  # already quantized (quantize_model is idempotent)
         if isinstance(module, nn.Linear):
             reason = _skip_reason(name, module, parents.get(id(module)), config)
             if reason is not None:
-                warnings.warn(f"quantize_model: not quantizing {name!r}: {reason}", stacklevel=2)
+                skip(name, reason)
                 continue
             mapping[id(module)] = FakeQuantLinear.from_linear(module, config)
             swapped.append(name)
         elif is_experts_module(module):
-            if _quantize_experts(name, module, config):
+            reason = _quantize_experts(name, module, config)
+            if reason is None:
                 swapped.append(name)
+            elif reason:
+                skip(name, reason)
+        else:
+            dims, reason = fused_expert_weights(module)
+            if dims is not None:
+                reason = quantize_fused_experts(module, dims, config)
+                if reason is None:
+                    swapped.append(name)
+            if reason is not None:
+                skip(name, reason)
     _replace_children(model, mapping)
+    swapped.skipped = skipped
+    swapped.coverage = quantization_coverage(model, skipped)
     return swapped
 
 
-def _quantize_experts(name: str, module: nn.Module, config: QuantConfig) -> bool:
+def _quantize_experts(name: str, module: nn.Module, config: QuantConfig) -> str | None:
+    """Quantize a grouped-experts module; None when done, else why not ("" when already quantized)."""
     for attr in ("weight_quant", "input_quant"):
         if not isinstance(getattr(module, attr, None), nn.Module):
             raise TypeError(
@@ -114,12 +158,7 @@ def _quantize_experts(name: str, module: nn.Module, config: QuantConfig) -> bool
     if config.format == "nvfp4":
         bad = [f"{n} {tuple(p.shape)}" for n, p in weights if p.shape[-1] % BLOCK_SIZE]
         if bad:
-            warnings.warn(
-                f"quantize_model: not quantizing {name!r}: in_features of {', '.join(bad)} "
-                f"not a multiple of {BLOCK_SIZE} (NVFP4 block size)",
-                stacklevel=3,
-            )
-            return False
+            return f"in_features of {', '.join(bad)} not a multiple of {BLOCK_SIZE} (NVFP4 block size)"
     mask = config.mask_grad_beyond_amax
     module.weight_quant = nn.Identity()
     module.input_quant = nn.Identity()
@@ -127,7 +166,7 @@ def _quantize_experts(name: str, module: nn.Module, config: QuantConfig) -> bool
         module.weight_quant = WeightFakeQuant(config.format, mask_grad_beyond_amax=mask)
     if config.activations:
         module.input_quant = InputFakeQuant(config.format, mask_grad_beyond_amax=mask)
-    return True
+    return None
 
 
 def dequantize_model(model: nn.Module) -> list[str]:
@@ -147,6 +186,9 @@ def dequantize_model(model: nn.Module) -> list[str]:
         ):
             module.weight_quant = nn.Identity()
             module.input_quant = nn.Identity()
+            restored.append(name)
+        elif is_fused_quantized(module):
+            dequantize_fused_experts(module)
             restored.append(name)
     _replace_children(model, mapping)
     return restored
@@ -202,6 +244,10 @@ def quantization_stats(model: nn.Module) -> dict[str, float]:
         elif is_experts_module(module) and isinstance(getattr(module, "weight_quant", None), FakeQuant):
             fmt = module.weight_quant.format
             tensors = [(p, max(p.dim() - 2, 0) if fmt == "nvfp4" else 0) for _, p in _expert_weights(module)]
+        elif is_fused_quantized(module) and module._co_design_fused_spec.config.weights:
+            fmt = module._co_design_fused_spec.config.format
+            tensors = [(p if d == p.dim() - 1 else p.transpose(d, -1), 1 if fmt == "nvfp4" else 0)
+                       for _, p, d in quantized_fused_weights(module)]
         else:
             continue
         modules += 1

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import threading
 import warnings
-from typing import Final, Literal, get_args
+from typing import Final
 
 import torch
 from torch import Tensor
+
+from co_design.precision import PRECISIONS, Precision
 
 __all__ = [
     "BLOCK_SIZE",
@@ -40,8 +42,8 @@ __all__ = [
     "fake_quantize_nvfp4",
 ]
 
-Format = Literal["nvfp4", "fp8", "bf16"]
-FORMATS: Final[tuple[str, ...]] = get_args(Format)
+Format = Precision  # a fake-quantization format is a serving precision (co_design.precision)
+FORMATS: Final[tuple[str, ...]] = PRECISIONS
 
 BLOCK_SIZE: Final = 16  # NVFP4 elements per block scale (REFERENCE.md section 1)
 E2M1_MAX: Final = 6.0  # largest FP4 E2M1 magnitude

@@ -53,9 +53,14 @@ def test_bad_deployment_values():
 
 
 def test_deployment_that_contradicts_a_given_architecture_fails_now():
-    # tp=3 does not divide heads=4: the performance model refuses, at construction (not at fit time)
-    with pytest.raises(ValueError, match="CoDesignCallback: deployment .* does not work for architecture"):
+    # tp=3 does not divide heads=4: the performance model refuses, at construction (not at fit time), in one
+    # line that names the field and the fix (issue 11: it was 569+ characters, mostly the Deployment's repr)
+    with pytest.raises(ValueError) as info:
         CoDesignCallback("b200", architecture=ARCH, deployment=Deployment(tp=3, gpus=3))
+    msg = str(info.value)
+    assert msg == (f"CoDesignCallback: deployment (tp=3) cannot serve {ARCH.name!r} on b200: "
+                   f"tp=3 does not divide heads={ARCH.heads}; choose a degree that divides it")
+    assert len(msg) < 200 and "\n" not in msg and "Runtime(" not in msg
 
 
 def test_default_deployment_falls_back_on_gpus_without_the_format():

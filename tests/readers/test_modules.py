@@ -13,7 +13,7 @@ from torch import nn
 
 from co_design.arch import Architecture, ArchitectureError
 from co_design.callback import CoDesignCallback, CoDesignWarning, architecture_mismatches, infer_architecture
-from co_design.callback._infer import inspect_layers
+from co_design.readers.modules import inspect_layers
 
 VOCAB, HIDDEN, SEQ = 32, 32, 8
 

@@ -1,4 +1,4 @@
-"""Hugging Face ``config.json`` → :class:`~co_design.arch.Architecture` keyword arguments.
+"""Hugging Face configs (``config.json`` or a ``PretrainedConfig``) → :class:`~co_design.arch.Architecture`.
 
 Field names follow each family's ``configuration_*.py`` in ``transformers``:
 Llama 3 (``llama``), Qwen2/Qwen3 (``qwen2``, ``qwen3``), Qwen2-MoE/Qwen3-MoE
@@ -26,12 +26,41 @@ from co_design.arch import ArchitectureError
 if TYPE_CHECKING:
     from co_design.arch import Architecture
 
-__all__ = ["architecture_kwargs_from_hf", "architecture_from_hf"]
+__all__ = ["architecture_kwargs_from_hf", "architecture_from_hf", "hf_config_mapping"]
 
 # model_type values this module translates (``*_text`` variants read as their family)
 _FAMILIES = ("deepseek_v2", "deepseek_v3", "gpt_oss", "llama", "llama4", "mixtral", "qwen2", "qwen2_moe", "qwen3",
              "qwen3_moe")
 _MISSING = object()
+# The same field under another name (transformers 5 ``attribute_map`` aliases, both directions):
+# a key absent under its own name is read from the first alias present.
+_ALIASES: dict[str, tuple[str, ...]] = {
+    "num_experts": ("num_local_experts", "n_routed_experts"),
+    "num_local_experts": ("num_experts", "n_routed_experts"),
+    "n_routed_experts": ("num_local_experts", "num_experts"),
+}
+
+
+def hf_config_mapping(config: Any) -> dict[str, Any]:
+    """A plain mapping of an HF config: a mapping as given, or a ``PretrainedConfig`` (any object with
+    ``to_dict()``) with the aliases of its class's ``attribute_map`` added, sub-configs included."""
+    if isinstance(config, Mapping):
+        return dict(config)
+    to_dict = getattr(config, "to_dict", None)
+    if callable(to_dict):
+        data = dict(to_dict())
+    elif hasattr(config, "__dict__"):
+        data = {k: v for k, v in vars(config).items() if not k.startswith("_")}
+    else:
+        raise ArchitectureError(f"HF config must be a mapping or a transformers PretrainedConfig, got "
+                                f"{type(config).__name__}")
+    for alias, key in (getattr(type(config), "attribute_map", None) or {}).items():
+        if data.get(alias) is None and data.get(key) is not None:
+            data[alias] = data[key]
+    text = getattr(config, "text_config", None)
+    if text is not None and not isinstance(text, Mapping) and isinstance(data.get("text_config"), Mapping):
+        data["text_config"] = hf_config_mapping(text)
+    return data
 
 
 class _Reader:
@@ -50,8 +79,15 @@ class _Reader:
             raise self._fail(f"missing {key!r}, needed to describe the model")
         return default
 
+    def _get(self, key: str) -> tuple[str, Any]:
+        """(the key actually present, its value): ``key``, else its first transformers-5 alias present."""
+        for k in (key, *_ALIASES.get(key, ())):
+            if self.cfg.get(k) is not None:
+                return k, self.cfg[k]
+        return key, None
+
     def integer(self, key: str, default: Any = _MISSING, *, minimum: int = 1, field: str | None = None) -> Any:
-        value = self.cfg.get(key)
+        key, value = self._get(key)
         if value is None:
             return self._absent(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -70,12 +106,27 @@ class _Reader:
 
     def number(self, key: str, default: float, *, field: str) -> float:
         value = self.cfg.get(key)
+        if value is None and key == "rope_theta":  # transformers 5: inside rope_parameters
+            key, value = self._rope_theta()
         if value is None:
             return default
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self._fail(f"{key} must be a number, got {value!r}")
         self.source[field] = key
         return value
+
+    def _rope_theta(self) -> tuple[str, Any]:
+        """``rope_parameters.rope_theta``; with one mapping per attention type, the full-attention one's."""
+        rope = self.cfg.get("rope_parameters")
+        if not isinstance(rope, Mapping):
+            return "rope_theta", None
+        if "rope_theta" in rope:
+            return "rope_parameters.rope_theta", rope["rope_theta"]
+        for kind in ("full_attention", *sorted(k for k in rope if isinstance(rope[k], Mapping))):
+            inner = rope.get(kind)
+            if isinstance(inner, Mapping) and inner.get("rope_theta") is not None:
+                return f"rope_parameters.{kind}.rope_theta", inner["rope_theta"]
+        return "rope_theta", None
 
     def string(self, key: str, default: Any) -> Any:
         value = self.cfg.get(key)
@@ -104,16 +155,17 @@ def _model_type(config: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     return cfg, mt.removesuffix("_text")
 
 
-def architecture_kwargs_from_hf(config: Mapping[str, Any], *, name: str | None = None) -> dict[str, Any]:
-    """Translate an HF config mapping into Architecture keyword arguments."""
-    return _read(config, name)[0]
+def architecture_kwargs_from_hf(config: Mapping[str, Any] | Any, *, name: str | None = None) -> dict[str, Any]:
+    """Translate an HF config (mapping or ``PretrainedConfig``) into Architecture keyword arguments."""
+    return _read(hf_config_mapping(config), name)[0]
 
 
-def architecture_from_hf(config: Mapping[str, Any], *, name: str | None = None) -> "Architecture":
-    """The Architecture of an HF config mapping; an inconsistency names the field and its HF key."""
+def architecture_from_hf(config: Mapping[str, Any] | Any, *, name: str | None = None) -> "Architecture":
+    """The Architecture of an HF config (mapping or ``PretrainedConfig``); an inconsistency names the field
+    and its HF key."""
     from co_design.arch import Architecture
 
-    kw, r = _read(config, name)
+    kw, r = _read(hf_config_mapping(config), name)
     try:
         return Architecture(**kw)
     except ArchitectureError as exc:

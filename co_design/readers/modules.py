@@ -5,15 +5,20 @@ Three sources, tried in order (:func:`infer_architecture`):
 1. an attribute holding an ``Architecture`` on the module or any submodule
    (``self.arch``, ``self.model.arch``, or a value saved with
    ``save_hyperparameters``);
-2. a Hugging Face-style ``config`` attribute (a mapping, or an object with
-   ``to_dict()`` or plain attributes) that has ``hidden_size``, read with
-   :meth:`Architecture.from_hf_config`;
+2. the model's own config, on the outermost module that has one
+   (:func:`find_model_config`): a Hugging Face ``PretrainedConfig`` or HF-style mapping in
+   ``config`` (:mod:`co_design.readers.hf`), a LitGPT ``Config`` in ``config``
+   (:mod:`co_design.readers.litgpt`), torchtitan model args in ``model_args``/``args``/``config``
+   (:mod:`co_design.readers.torchtitan`);
 3. inspection of the layers (:func:`inspect_layers`): vocabulary and hidden
    width from the token ``nn.Embedding``, the number of layers from the longest
    run of identical blocks in an ``nn.ModuleList`` / ``nn.Sequential``, the FFN
-   width and gating from the block's ``nn.Linear`` shapes, attention heads from
-   an integer attribute such as ``n_head`` (or ``nn.MultiheadAttention``), else
-   guessed from the projection width.
+   width and gating from the block's ``nn.Linear`` shapes (experts: a ModuleList of
+   identical FFNs, or fused 3-D expert parameters such as transformers 5's
+   ``gate_up_proj``/``down_proj``), attention heads from an integer attribute such as
+   ``n_head`` (or ``nn.MultiheadAttention``), else guessed from the projection width --
+   a fused ``qkv`` projection does not show the head count, and the evidence names the
+   attribute or argument that makes it exact.
 
 Every result carries, per field, the evidence it came from, so the callback
 can say what was inferred and from what; guessed fields are flagged.
@@ -22,14 +27,19 @@ can say what was inferred and from what; guessed fields are flagged.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from torch import nn
 
 from co_design.arch import Architecture, ArchitectureError
+from co_design.readers.base import ArchitectureInference
+from co_design.readers.hf import architecture_from_hf, hf_config_mapping
+from co_design.readers.litgpt import architecture_from_litgpt, is_litgpt_config
+from co_design.readers.torchtitan import architecture_from_torchtitan, is_torchtitan_args
 
-__all__ = ["ArchitectureInference", "infer_architecture", "inspect_layers", "architecture_mismatches"]
+__all__ = ["ArchitectureInference", "infer_architecture", "inspect_layers", "architecture_mismatches",
+           "find_model_config"]
 
 # Integer attributes that name the number of attention heads / KV heads / head width (nanoGPT,
 # minGPT, HF, torch.nn, Llama reference code, x-transformers).
@@ -45,44 +55,6 @@ _QKV_NAMES = {"qkv", "qkv_proj", "c_attn", "in_proj", "wqkv", "query_key_value",
 _ATTN_LINEAR_NAMES = _Q_NAMES | _K_NAMES | _V_NAMES | _QKV_NAMES | {"o_proj", "out_proj", "wo", "to_out"}
 
 
-@dataclass(frozen=True)
-class ArchitectureInference:
-    """An inferred architecture, where it came from and how each field was read.
-
-    ``source`` is e.g. ``"attribute 'model.arch'"``, ``"HF config 'model.config'"``
-    or ``"module layers"``; ``evidence`` maps a field name to a short reason;
-    ``guessed`` lists fields that are assumptions rather than readings.
-    """
-
-    architecture: Architecture
-    source: str
-    evidence: Mapping[str, str] = field(default_factory=dict)
-    guessed: tuple[str, ...] = ()
-
-    def describe(self) -> str:
-        """One human-readable line: the architecture's shape and how each field was found."""
-        a = self.architecture
-        shape = (
-            f"hidden={a.hidden}, layers={a.layers}, heads={a.heads}, kv_heads={a.kv_heads}, "
-            f"head_dim={a.head_dim}, ffn={a.ffn}, vocab={a.vocab}, gated_ffn={a.gated_ffn}, "
-            f"tied_embeddings={a.tied_embeddings}"
-        )
-        if a.is_moe:
-            shape += (
-                f", experts={a.experts}, experts_per_token={a.experts_per_token}, expert_ffn={a.expert_ffn}, "
-                f"shared_experts={a.shared_experts}"
-            )
-        text = f"architecture inferred from {self.source}: {shape}"
-        if self.evidence:
-            text += " [" + "; ".join(f"{k}: {v}" for k, v in self.evidence.items()) + "]"
-        if self.guessed:
-            text += (
-                f" -- GUESSED (not readable from the module): {', '.join(self.guessed)}; "
-                "pass architecture=Architecture(...) to CoDesignCallback to be exact"
-            )
-        return text
-
-
 # --------------------------------------------------------------------------- entry points
 def infer_architecture(module: nn.Module) -> ArchitectureInference:
     """Find or infer the architecture of ``module`` (see the module docstring for the order).
@@ -94,24 +66,23 @@ def infer_architecture(module: nn.Module) -> ArchitectureInference:
     if found is not None:
         path, arch = found
         return ArchitectureInference(arch, f"attribute {path!r}", {"all fields": f"the Architecture at {path!r}"})
-    hf_error = None
-    hf = _find_hf_config(module)
-    if hf is not None:
-        path, cfg = hf
+    config_error = None
+    found_config = find_model_config(module)
+    if found_config is not None:
+        library, path, cfg, reader = found_config
         try:
-            arch = Architecture.from_hf_config(cfg, name=type(module).__name__)
+            arch = reader(cfg, name=type(module).__name__)
         except ArchitectureError as exc:
-            hf_error = f"HF-style config {path!r} is incomplete ({exc})"
+            config_error = f"{library} config {path!r} is unreadable ({exc})"
         else:
-            return ArchitectureInference(
-                arch, f"HF config {path!r}", {"all fields": f"HF keys of {path} (hidden_size, num_hidden_layers, ...)"}
-            )
+            return ArchitectureInference(arch, f"{library} config {path!r}",
+                                         {"all fields": f"the model's own {library} config at {path!r}"})
     inference = inspect_layers(module)
-    if hf_error:
+    if config_error:
         inference = ArchitectureInference(
             inference.architecture,
             inference.source,
-            {"note": hf_error + "; fell back to layer inspection", **inference.evidence},
+            {"note": config_error + "; fell back to layer inspection", **inference.evidence},
             inference.guessed,
         )
     return inference
@@ -139,7 +110,8 @@ def architecture_mismatches(arch: Architecture, module: nn.Module) -> list[str]:
         seen = inspect_layers(module)
     except ArchitectureError:
         return out  # e.g. MoE experts are not nn.Linear: only the embedding can be checked
-    fields = ["layers", "heads", "kv_heads"]
+    # layers of different kinds (leading dense layers, every n-th MoE) are not one run of identical blocks
+    fields = ["layers", "heads", "kv_heads"] if not (arch.dense_layers or arch.moe_every > 1) else ["heads", "kv_heads"]
     if not arch.is_moe:  # routed experts are not nn.Linear: the FFN read from Linears would be a dense one
         fields += ["ffn", "gated_ffn"]
     if embedding is None:
@@ -206,23 +178,44 @@ def _find_architecture_attribute(module: nn.Module) -> tuple[str, Architecture] 
     return None
 
 
-# --------------------------------------------------------------------------- 2. HF config
-def _find_hf_config(module: nn.Module) -> tuple[str, dict[str, Any]] | None:
+# --------------------------------------------------------------------------- 2. model config
+_CONFIG_ATTRS = ("config", "model_args", "args")
+
+
+def _hf_like(cfg: Any) -> dict[str, Any] | None:
+    """The mapping of an HF ``PretrainedConfig`` or HF-style mapping/object (``hidden_size`` or ``text_config``)."""
+    if not (isinstance(cfg, Mapping) or callable(getattr(cfg, "to_dict", None)) or hasattr(cfg, "__dict__")):
+        return None
+    if isinstance(cfg, (str, bytes, int, float, nn.Module)):
+        return None
+    try:
+        data = hf_config_mapping(cfg)
+    except ArchitectureError:
+        return None
+    return data if ("hidden_size" in data or "text_config" in data) else None
+
+
+def find_model_config(module: nn.Module) -> tuple[str, str, Any, Callable[..., Architecture]] | None:
+    """(library, attribute path, config, reader) of the outermost model config on ``module`` or a submodule.
+
+    Looks at the attributes ``config`` (transformers, LitGPT), ``model_args`` and ``args``
+    (torchtitan) of each module, outermost first, and returns the first it can classify:
+    a LitGPT ``Config`` (``n_embd``/``n_layer``/``n_head``), torchtitan model args
+    (``dim``/``n_layers``/``n_heads``/``vocab_size``) or an HF config (``hidden_size``).
+    """
     for prefix, sub in module.named_modules():
-        cfg = vars(sub).get("config")
-        if cfg is None:
-            continue
-        path = f"{prefix}.config" if prefix else "config"
-        if isinstance(cfg, Mapping):
-            data = dict(cfg)
-        elif callable(getattr(cfg, "to_dict", None)):
-            data = dict(cfg.to_dict())
-        elif hasattr(cfg, "__dict__"):
-            data = {k: v for k, v in vars(cfg).items() if not k.startswith("_")}
-        else:
-            continue
-        if "hidden_size" in data or "text_config" in data:
-            return path, data
+        for attr in _CONFIG_ATTRS:
+            cfg = vars(sub).get(attr)
+            if cfg is None or isinstance(cfg, (str, bytes, int, float, bool, nn.Module)):
+                continue
+            path = f"{prefix}.{attr}" if prefix else attr
+            if is_litgpt_config(cfg):
+                return "LitGPT", path, cfg, architecture_from_litgpt
+            if is_torchtitan_args(cfg):
+                return "torchtitan", path, cfg, architecture_from_torchtitan
+            data = _hf_like(cfg)
+            if data is not None:
+                return "HF", path, data, architecture_from_hf
     return None
 
 
@@ -361,7 +354,7 @@ def inspect_layers(module: nn.Module) -> ArchitectureInference:
     # --- MoE: a run of identical expert FFNs inside the block, and a router Linear hidden -> experts
     moe_kwargs: dict[str, Any] = {}
     if blocks is not None:
-        moe = _read_moe(block, ffn_lins, hidden)
+        moe = _read_moe(block, ffn_lins, hidden) or _read_fused_moe(block, ffn_lins, hidden)
         if moe is not None:
             moe_kwargs, ffn_lins, moe_ev, moe_guessed = moe
             ev.update(moe_ev)
@@ -507,6 +500,50 @@ def _read_moe(
     return kwargs, rest, ev, guessed
 
 
+_DOWN_NAMES = ("down_proj", "w_down", "w2", "down")
+
+
+def _read_fused_moe(
+    block: nn.Module, ffn_lins: list[_Lin], hidden: int
+) -> tuple[dict[str, Any], list[_Lin], dict[str, str], list[str]] | None:
+    """Experts stored as 3-D parameters (E, ., .) of one module: transformers 5's fused
+    ``gate_up_proj``/``down_proj``, torchtitan's ``w1``/``w2``/``w3``, co-design's GroupedExperts.
+
+    The expert width is the dimension of the down projection that is not ``hidden``; gated
+    when there is a fused ``gate_up`` or a separate gate parameter (three matrices).
+    """
+    for path, sub in block.named_modules():
+        params = {n: p for n, p in sub.named_parameters(recurse=False) if p.dim() == 3}
+        if len(params) < 2 or len({p.shape[0] for p in params.values()}) != 1:
+            continue
+        down_name = next((n for n in params if n in _DOWN_NAMES), None)
+        if down_name is None:
+            continue
+        n = params[down_name].shape[0]
+        a, b = params[down_name].shape[1:]
+        if hidden not in (a, b):
+            continue
+        width = b if a == hidden else a
+        gated = any("gate" in name for name in params) or len(params) >= 3
+        shapes = ", ".join(f"{name} {tuple(p.shape)}" for name, p in params.items())
+        router = next((lin for lin in ffn_lins if lin.i == hidden and lin.o == n), None)
+        rest = [lin for lin in ffn_lins if lin is not router]
+        ev = {"experts": f"{n} experts as 3-D parameters of {path or 'the block'} ({shapes})",
+              "expert_ffn": f"{down_name} dimension that is not hidden={hidden}",
+              "expert_gated": "fused/separate gate projection = gated" if gated else "no gate projection = not gated"}
+        guessed = []
+        top_k = _int_attr(block, _TOP_K_ATTRS)
+        if top_k is not None and 1 <= top_k[0] <= n:
+            k = top_k[0]
+            ev["experts_per_token"] = f"attribute {top_k[1]}"
+        else:
+            k = min(2, n)
+            ev["experts_per_token"] = f"no top-k attribute; assumed {k}"
+            guessed.append("experts_per_token")
+        return dict(experts=n, experts_per_token=k, expert_ffn=width, gated_ffn=gated), rest, ev, guessed
+    return None
+
+
 def _read_attention(attn: list[_Lin], mha: nn.MultiheadAttention | None, hidden: int) -> tuple[int, int, bool, str]:
     """(query width, key/value width, q bias?, evidence) of one block's attention."""
     if mha is not None:
@@ -535,6 +572,8 @@ def _read_attention(attn: list[_Lin], mha: nn.MultiheadAttention | None, hidden:
         if kv_dim <= 0:
             q_dim, kv_dim = qkv.o // 3, qkv.o // 3
         return q_dim, kv_dim, qkv.module.bias is not None, (
-            f"fused {qkv.name}: {qkv.i}->{qkv.o} = q {q_dim} + k,v {kv_dim} each"
+            f"fused {qkv.name}: {qkv.i}->{qkv.o} = q {q_dim} + k,v {kv_dim} each (a fused projection does not "
+            "show the head count: give the attention module an n_head/n_kv_heads (or head_dim) attribute, keep "
+            "the model's config on it, or pass architecture=Architecture(heads=..., kv_heads=..., head_dim=...))"
         )
     return hidden, hidden, False, "attention projections not recognised; width hidden assumed"
