@@ -12,7 +12,8 @@ Files in the run directory (rewritten after every trial and at the end):
 - ``plots/``: drawn by :mod:`search.plots` (pairwise scatters, serving curves,
   hypervolume history).
 
-Every shape appears once: a duplicate proposal (search/objective.py) has no row.
+Every shape appears once: a duplicate proposal, a surplus trial of a parallel worker and an
+interrupted trial (its shape is retried) have no row; summary.json counts them.
 Each file is replaced whole (:mod:`search.files`), so parallel workers rewriting them
 never leave one half-written or holding another's content.
 """
@@ -34,7 +35,7 @@ from search.exact import ENUMERATION_ATTR
 from search.objective import INFEASIBLE_ATTR, INTERACTIVE_ATTR, LOSS_CURVE_ATTR, PERF_ATTR
 from search.scoring import definitions
 from search.space import human_count
-from search.study import DUPLICATE_ATTR, FAIL_REASON_ATTR, SURPLUS_ATTR, evaluated_nothing
+from search.study import DUPLICATE_ATTR, FAIL_REASON_ATTR, SURPLUS_ATTR, evaluated_nothing, is_interrupted
 
 __all__ = [
     "trial_rows",
@@ -96,8 +97,9 @@ def _reason(t: FrozenTrial) -> str | None:
 def trial_rows(study: optuna.Study, objectives: Sequence[str]) -> list[dict[str, Any]]:
     """One flat row per finished trial (numbers in SI-ish display units named in the keys).
 
-    Duplicates (a shape the study already held, see search/objective.py) and surplus
-    trials of parallel workers are left out: every shape appears once.
+    Duplicates (a shape the study already held, see :func:`search.study.duplicate_of`),
+    surplus trials of parallel workers and interrupted trials (Ctrl-C, a killed worker, a
+    lost heartbeat: their shapes are retried) are left out: every shape appears once.
     """
     try:
         front = {t.number for t in study.best_trials}
@@ -106,7 +108,7 @@ def trial_rows(study: optuna.Study, objectives: Sequence[str]) -> list[dict[str,
     return [
         trial_row(t, objectives, pareto=t.number in front)
         for t in study.get_trials(deepcopy=False, states=FINISHED)
-        if not evaluated_nothing(t)
+        if not evaluated_nothing(t) and not is_interrupted(t)
     ]
 
 
@@ -283,6 +285,7 @@ def write_results(
         "distinct_pareto_shapes": len({r["shape"] for r in front}),
         "duplicates_skipped": sum(1 for t in study.get_trials(deepcopy=False) if DUPLICATE_ATTR in t.user_attrs),
         "surplus_skipped": sum(1 for t in study.get_trials(deepcopy=False) if SURPLUS_ATTR in t.user_attrs),
+        "interrupted": sum(1 for t in study.get_trials(deepcopy=False) if is_interrupted(t)),
         "hypervolume_reference_point": ref,
         "hypervolume": hv,
         **(extra or {}),

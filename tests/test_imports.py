@@ -1,7 +1,7 @@
 """Dependencies flow one way: each package imported alone in a fresh interpreter.
 
-hardware -> perf -> search; quant and model stand alone on torch; the callback
-uses perf and quant; nothing in co_design imports the search job.
+precision -> hardware -> perf -> search; readers need no torch; quant and model stand alone
+on torch; the callback uses perf, quant and readers; nothing in co_design imports the search job.
 """
 
 import subprocess
@@ -14,13 +14,17 @@ FORBIDDEN = {
     "co_design.arch": {"torch", "lightning", "optuna", "hydra", "wandb", "search"},
     "co_design.hardware": {"torch", "numpy", "lightning", "optuna", "hydra", "wandb", "search"},
     "co_design.perf": {"torch", "numpy", "lightning", "optuna", "hydra", "wandb", "search"},
+    "co_design.precision": {"torch", "numpy", "lightning", "optuna", "hydra", "wandb", "search", "co_design.perf"},
+    "co_design.readers": {"torch", "numpy", "lightning", "optuna", "hydra", "wandb", "search", "transformers", "litgpt"},
     "co_design.quant": {"lightning", "optuna", "hydra", "wandb", "search", "co_design.perf", "co_design.model"},
     "co_design.model": {"lightning", "optuna", "hydra", "wandb", "search", "co_design.perf"},
     "co_design.callback": {"hydra", "wandb", "search"},
 }
 
 
-@pytest.mark.parametrize("module", sorted(FORBIDDEN))
+# importing Lightning takes ~5 s on 2 cores: that case is slow
+@pytest.mark.parametrize("module", [pytest.param(m, marks=pytest.mark.slow) if m == "co_design.callback" else m
+                                    for m in sorted(FORBIDDEN)])
 def test_module_imports_only_what_it_may(module):
     code = (
         "import sys, importlib; importlib.import_module(%r); "

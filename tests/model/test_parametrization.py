@@ -37,6 +37,7 @@ def _logit_change(head_dim: int, mup: MuP | None, *, moe: bool, steps: int = 3, 
 
 
 @pytest.mark.parametrize("moe", [False, True])
+@pytest.mark.slow
 def test_coordinate_check_mup_keeps_updates_width_independent(moe):
     # Widths 64..512 (8x). Observed: standard 0.37 -> 1.9-2.5 (x5-7), μP 0.32-0.37 (within 1.2x).
     widths = (16, 32, 64, 128)

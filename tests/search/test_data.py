@@ -281,6 +281,7 @@ def test_bad_data_stops_the_job_with_the_key_to_fix(case, tmp_path, user_module)
             assert part in problem, (part, problem)
 
 
+@pytest.mark.slow
 def test_the_job_reports_bad_data_as_a_configuration_error(tmp_path, shared_cache):
     """Through ``python -m search``: exit status 2 and the key, no traceback, no trial."""
     empty = tmp_path / "empty.bin"

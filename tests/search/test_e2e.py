@@ -1,4 +1,4 @@
-"""The search job end to end, in-process: short studies with a tiny proxy (marked slow).
+"""The search job end to end, in-process: short studies with a tiny proxy (the longer ones marked slow).
 
 Covers: a study to completion with results files that agree with the study, resume,
 a failing trial (exception and NaN) recorded as FAIL while the study goes on,
@@ -44,8 +44,6 @@ TINY_PROXY = [
     "quiet=true",
 ]
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(autouse=True)
 def _wandb_offline(monkeypatch, tmp_path):
@@ -59,6 +57,7 @@ def _cfg(*overrides: str):
     return compose_cfg(*TINY_PROXY, *overrides)
 
 
+@pytest.mark.slow
 def test_short_study_writes_results_that_agree_with_the_study(tmp_path):
     res = run(_cfg("n_trials=3", "study_name=e2e", "tracking=wandb"), run_dir=tmp_path / "run")
     study = res.study
@@ -129,6 +128,7 @@ def test_short_study_writes_results_that_agree_with_the_study(tmp_path):
     assert all(b"\x32\x03e2e\x3a\x05trial" in b for b in blobs), "trial runs not grouped by the study"
 
 
+@pytest.mark.slow
 def test_resume_runs_only_the_remainder(tmp_path):
     run_dir = tmp_path / "run"
     first = run(_cfg("n_trials=2", "study_name=resume", "tracking=off", "plots=false"), run_dir=run_dir)
@@ -162,6 +162,7 @@ def test_orphaned_running_trial_of_a_dead_worker_is_failed_and_not_counted(tmp_p
     assert res.finished == 2 and res.ran == 1
 
 
+@pytest.mark.slow
 def test_failing_trials_are_recorded_and_the_study_goes_on(tmp_path):
     calls = []
 
@@ -190,6 +191,7 @@ def test_failing_trials_are_recorded_and_the_study_goes_on(tmp_path):
     assert rows[0]["state"] == "FAIL" and "injected failure" in rows[0]["reason"]
 
 
+@pytest.mark.slow
 def test_infeasible_candidates_cost_no_proxy_run(tmp_path):
     from search.train import ProxyResult
 
@@ -226,6 +228,7 @@ def test_a_space_with_no_feasible_shape_stops_before_any_proxy_run(tmp_path):
             run_dir=tmp_path / "run", train_fn=never)
 
 
+@pytest.mark.slow
 def test_perf_only_study_and_memory_constraint(tmp_path):
     # dense models of 7-8k width on one H100 (80 GB) in BF16: under 30B parameters (60 GB of weights) fit, over 45B
     # (90 GB) do not
@@ -266,6 +269,7 @@ def test_postgresql_storage(tmp_path, postgres_url):
             pass
 
 
+@pytest.mark.slow
 def test_cli_same_command_resumes(tmp_path):
     """`python -m search ...` twice in the same directory: the second run finds the study and runs nothing."""
     import subprocess
@@ -306,6 +310,7 @@ def test_every_sampler_runs_a_constrained_study(tmp_path, sampler):
         assert (t.state == TrialState.COMPLETE) == feasible, (t.state, t.constraints)
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_finished_trials_and_the_rerun_finishes(tmp_path):
     calls = []
 

@@ -44,6 +44,7 @@ def test_halving_needs_a_first_rung_of_at_least_one_step():
         validate(cfg)
 
 
+@pytest.mark.slow
 def test_a_study_promotes_non_dominated_candidates_to_longer_runs(tmp_path):
     # A fake proxy whose loss falls with the budget and depends on the shape, so promotion is decided
     # by the rule and the losses at each rung are known.

@@ -135,6 +135,7 @@ def test_misspelt_key_stops_before_hydra_with_exit_status_2():
     assert "+n_trial" not in out.stderr  # not Hydra's hint, which the schema would then refuse
 
 
+@pytest.mark.slow
 def test_multirun_in_another_order_finds_each_jobs_study(tmp_path):
     """Job dirs are named by their overrides: the reverse sweep resumes each GPU's own study."""
     common = ["objectives=perf_only", "strategy=sample", "n_trials=1", "study_name=mr", "tracking=off", "plots=false",

@@ -69,6 +69,7 @@ def _check_retried(res, original: int, params: dict) -> None:
 
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")  # the test starts a trial by hand
+@pytest.mark.slow
 def test_a_trial_without_heartbeat_is_interrupted_and_its_shape_retried(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(storage_mod, "HEARTBEAT_INTERVAL_S", 1)
     monkeypatch.setattr(storage_mod, "GRACE_PERIOD_S", 1)
@@ -120,6 +121,8 @@ def test_a_killed_or_interrupted_journal_trial_is_retried_once(tmp_path: Path):
         assert not counts_toward_n_trials(t)
         _check_retried(res, n, params[n])
     assert res.finished == 4 and res.ran == 2  # the two retries, nothing else
+    shapes = [r["shape"] for r in res.summary["rows"]]  # trials.csv: the retries, not the interrupted trials
+    assert len(shapes) == len(set(shapes)) == 4 and res.summary["interrupted"] == 2
     # a later start queues nothing again: each was retried once
     assert retry_interrupted(res.study) == []
     res = run(_cfg("n_trials=4", "study_name=killed"), run_dir=run_dir)
@@ -127,6 +130,7 @@ def test_a_killed_or_interrupted_journal_trial_is_retried_once(tmp_path: Path):
 
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")  # the test starts a trial by hand
+@pytest.mark.slow
 def test_no_retry_is_queued_when_the_study_already_holds_n_trials(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(storage_mod, "HEARTBEAT_INTERVAL_S", 1)
     monkeypatch.setattr(storage_mod, "GRACE_PERIOD_S", 1)

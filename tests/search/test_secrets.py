@@ -167,7 +167,6 @@ runpy.run_module("search", run_name="__main__")
 """
 
 
-@pytest.mark.slow
 def test_an_unexpected_error_is_one_redacted_line_not_hydras_report(tmp_path):
     proc = _job(tmp_path, f"storage={URL}", "tracking=off", f"hydra.run.dir={tmp_path / 'run'}", code=_CRASH)
     assert proc.returncode == 1

@@ -165,7 +165,6 @@ def test_ctrl_c_inside_a_proxy_run_ends_the_study_like_ctrl_c_between_trials(tmp
 
 
 # --------------------------------------------------------------------------- failures, seeds
-@pytest.mark.slow
 def test_a_failed_trials_traceback_goes_to_errors_log_not_the_console(tmp_path, capfd):
     def boom(**kw):
         raise RuntimeError("injected failure")
