@@ -403,10 +403,12 @@ class Architecture:
 
     @classmethod
     def load(cls, path: str | Path) -> "Architecture":
-        """Load an HF ``config.json`` or a project YAML/JSON file of Architecture fields.
+        """Load an HF ``config.json``, a LitGPT ``model_config.yaml``, torchtitan model args (YAML or
+        JSON) or a project YAML/JSON file of Architecture fields.
 
-        A mapping with ``model_type`` or ``architectures`` is read as an HF
-        config; any other mapping as the project's own format.
+        A mapping with ``model_type`` or ``architectures`` is read as an HF config, one with
+        LitGPT's or torchtitan's field names by their readers (:mod:`co_design.readers`); any
+        other mapping as the project's own format.
         """
         path = Path(path)
         if not path.is_file():
@@ -435,6 +437,10 @@ class Architecture:
                                     f"or a YAML of Architecture fields), got a {type(data).__name__}")
         if "model_type" in data or "architectures" in data or "text_config" in data:
             return cls.from_hf_config(data, name=path.parent.name if path.name == "config.json" else path.stem)
+        from co_design.readers import architecture_from_config, is_litgpt_config, is_torchtitan_args
+
+        if is_litgpt_config(data) or is_torchtitan_args(data):  # LitGPT's model_config.yaml, torchtitan's args
+            return architecture_from_config(data, name=str(data.get("name") or path.stem))
         data = dict(data)
         data.setdefault("name", path.stem)
         return cls.from_dict(data)

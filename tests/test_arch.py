@@ -341,3 +341,27 @@ def test_accepted_on_purpose(tmp_path):
     p.write_text("defaults: &d {hidden: 64}\n" + BASE_YAML)
     with pytest.raises(ArchitectureError, match=r"unknown architecture field\(s\) \['defaults'\]"):
         Architecture.load(p)
+
+
+def test_load_litgpt_model_config_yaml(tmp_path):
+    # the model_config.yaml litgpt writes beside a checkpoint (Llama-style, n_head=4, n_query_groups=2, head_size=64)
+    path = tmp_path / "model_config.yaml"
+    path.write_text(
+        "name: tiny-llama\nn_embd: 128\nn_layer: 3\nn_head: 4\nn_query_groups: 2\nhead_size: 64\n"
+        "intermediate_size: 384\nmlp_class_name: LLaMAMLP\npadded_vocab_size: 512\nvocab_size: 500\n"
+        "bias: false\nrope_base: 500000\n"
+    )
+    arch = Architecture.load(path)
+    assert (arch.hidden, arch.layers, arch.heads, arch.kv_heads, arch.head_dim, arch.ffn, arch.vocab) == (
+        128, 3, 4, 2, 64, 384, 512)
+    assert arch.gated_ffn and not arch.tied_embeddings and arch.rope_theta == 500000 and arch.name == "tiny-llama"
+
+
+def test_load_torchtitan_model_args_json(tmp_path):
+    path = tmp_path / "args.json"
+    path.write_text(json.dumps({"dim": 256, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "vocab_size": 1024,
+                                "multiple_of": 256, "ffn_dim_multiplier": None, "rope_theta": 10000}))
+    arch = Architecture.load(path)
+    assert (arch.hidden, arch.layers, arch.heads, arch.kv_heads, arch.vocab) == (256, 2, 4, 2, 1024)
+    assert arch.ffn == 768  # torchtitan's Llama rule: 256 * ceil(int(2 * 4 * 256 / 3) / 256)
+    assert arch.name == "args"
