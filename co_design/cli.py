@@ -1,5 +1,11 @@
 """``co-design predict CONFIG``: predicted serving performance of a model on a GPU deployment.
 
+``co-design advise CONFIG``: the same prediction, every misaligned dimension with its cost, and
+the shapes within ± ``--budget-pct`` of its parameters that serve more tokens/s per GPU *and*
+per user (:mod:`co_design.advise`). ``co-design export CONFIG --out DIR`` (or ``--study-dir
+RUN --trial N``): config.json, quantization recipes and TensorRT-LLM serving options for one
+shape (:mod:`co_design.export`).
+
 CONFIG is a Hugging Face ``config.json`` or a project model YAML. Parallel flags
 follow TensorRT-LLM: ``--tp`` ranks per replica, ``--ep`` expert-parallel ranks
 among them, ``--attention-dp`` runs attention data-parallel across the tp ranks,
@@ -22,9 +28,10 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from co_design.precision import PRECISIONS
+
 __all__ = ["main", "build_parser"]
 
-_PRECISIONS = ("bf16", "fp8", "nvfp4")
 _EXIT_SLO = 3  # the SLO cannot be met by any operating point
 _MAX_GPUS = 2**20  # --pareto enumerates every tp dividing --gpus: bounded, a typo like 10**12 would hang it
 # CLI flag, SLO field, factor from the flag's unit to the field's (ms -> s)
@@ -59,10 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--attention-dp", action="store_true",
                     help="attention data-parallel across the tp ranks (labelled DEP with --ep > 1, else ADP)")
     pr.add_argument("--helix", type=int, default=1, help="KV-parallel degree for decode attention (default 1)")
-    pr.add_argument("--weights", choices=_PRECISIONS, default="nvfp4",
+    pr.add_argument("--weights", choices=PRECISIONS, default="nvfp4",
                     help="weight format (default nvfp4; each GPU's native formats: --list-hardware --json)")
-    pr.add_argument("--activations", choices=_PRECISIONS, default="nvfp4", help="activation format (default nvfp4)")
-    pr.add_argument("--kv-cache", choices=_PRECISIONS, default="fp8", help="KV-cache format (default fp8)")
+    pr.add_argument("--activations", choices=PRECISIONS, default="nvfp4", help="activation format (default nvfp4)")
+    pr.add_argument("--kv-cache", choices=PRECISIONS, default="fp8", help="KV-cache format (default fp8)")
     pr.add_argument("--isl", type=int, default=1024, help="input tokens per request (default 1024)")
     pr.add_argument("--osl", type=int, default=1024, help="output tokens per request (default 1024)")
     mode = pr.add_mutually_exclusive_group()
@@ -78,11 +85,55 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--no-advice", action="store_true", help="skip shape advice (faster)")
     pr.add_argument("--list-hardware", action="store_true",
                     help="list known GPUs with their key specs (with --json: in SI units) and exit")
+
+    ad = sub.add_parser("advise", help="prediction, misalignments and dominating neighbour shapes of a model",
+                        description="The model's predicted serving, its misaligned dimensions with their cost, and "
+                                    "the shapes within --budget-pct of its parameters that serve more output tokens/s "
+                                    "per GPU and per user at its load (an exact enumeration).")
+    ad.add_argument("config", metavar="CONFIG", help="HF config.json or project model YAML")
+    _deployment_args(ad)
+    ad.add_argument("--budget-pct", type=float, default=10.0, help="parameter band, ± percent (default 10)")
+    ad.add_argument("--align", type=int, default=128, help="step of hidden and FFN widths per GPU (default 128)")
+    ad.add_argument("--top", type=int, default=10, help="neighbours shown in the table (default 10)")
+    ad.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
+    ad.add_argument("--plot", metavar="FILE", default=None,
+                    help="write the throughput-vs-interactivity plot (.html; .png needs kaleido)")
+    ex = sub.add_parser("export", help="config.json, quantization recipes and serving options for one shape",
+                        description="Write config.json (transformers), arch.yaml, ModelOpt and LLM Compressor "
+                                    "recipes and the predicted best TensorRT-LLM serving options into --out.")
+    ex.add_argument("config", metavar="CONFIG", nargs="?", help="HF config.json or project model YAML")
+    ex.add_argument("--study-dir", default=None, help="a search run directory (outputs/<name>); with --trial")
+    ex.add_argument("--trial", type=int, default=None, help="trial number in --study-dir")
+    ex.add_argument("--out", required=True, metavar="DIR", help="directory to write into")
+    _deployment_args(ex)
+    ex.add_argument("--json", action="store_true", help="print the written files and predicted figures as JSON")
     return p
 
 
-def _fail(msg: str) -> int:
-    print(f"co-design predict: error: {msg}", file=sys.stderr)
+def _deployment_args(sp: argparse.ArgumentParser) -> None:
+    """The deployment and SLO flags of ``advise`` and ``export`` (as ``predict`` spells them)."""
+    sp.add_argument("--hardware", default="b200", help="GPU name (default b200; see predict --list-hardware)")
+    sp.add_argument("--gpus", type=int, default=None, help="GPUs in the deployment (default tp*pp)")
+    sp.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks per replica (default 1)")
+    sp.add_argument("--ep", type=int, default=1, help="expert-parallel ranks among the tp ranks (default 1)")
+    sp.add_argument("--pp", type=int, default=1, help="pipeline stages (default 1)")
+    sp.add_argument("--attention-dp", action="store_true", help="attention data-parallel across the tp ranks")
+    sp.add_argument("--helix", type=int, default=1, help="KV-parallel degree for decode attention (default 1)")
+    sp.add_argument("--weights", choices=PRECISIONS, default="nvfp4", help="weight format (default nvfp4)")
+    sp.add_argument("--activations", choices=PRECISIONS, default="nvfp4", help="activation format (default nvfp4)")
+    sp.add_argument("--kv-cache", choices=PRECISIONS, default="fp8", help="KV-cache format (default fp8)")
+    sp.add_argument("--isl", type=int, default=1024, help="input tokens per request (default 1024)")
+    sp.add_argument("--osl", type=int, default=1024, help="output tokens per request (default 1024)")
+    sp.add_argument("--concurrency", type=int, default=None,
+                    help="requests in flight, whole deployment (default: the max-throughput batch)")
+    slo = sp.add_argument_group("SLO (without --concurrency: the max-throughput batch that meets it)")
+    slo.add_argument("--min-tokens-per-s-per-user", type=float, default=None, metavar="TOK_S", help="e.g. 50")
+    slo.add_argument("--max-ttft-ms", type=float, default=None, metavar="MS", help="e.g. 2000")
+    slo.add_argument("--max-tpot-ms", type=float, default=None, metavar="MS", help="e.g. 20")
+
+
+def _fail(msg: str, command: str = "predict") -> int:
+    print(f"co-design {command}: error: {msg}", file=sys.stderr)
     return 2
 
 
@@ -163,6 +214,104 @@ def _predict(args: argparse.Namespace) -> int:
     return _EXIT_SLO if miss else 0
 
 
+def _load_arch(path: str, command: str):
+    """(Architecture, None) or (None, exit code) with the error printed."""
+    from co_design.arch import Architecture, ArchitectureError
+
+    try:
+        return Architecture.load(path), None
+    except (ArchitectureError, ValueError, OSError) as exc:
+        msg = str(exc).removeprefix(f"{Path(path)}: ")
+        return None, _fail(f"cannot read model CONFIG {path!r}: {msg}", command)
+
+
+def _deployment_of(args: argparse.Namespace):
+    """(GPU, Deployment, SLO or None) from the flags of :func:`_deployment_args`; ValueError naming a flag."""
+    from co_design.hardware import PRECISION_FIELDS, check_precision, get_gpu
+    from co_design.perf import SLO, Deployment
+
+    gpu = get_gpu(args.hardware)
+    dep = Deployment(gpus=args.gpus, tp=args.tp, ep=args.ep, pp=args.pp, attention_dp=args.attention_dp,
+                     helix=args.helix, weights=args.weights, activations=args.activations, kv_cache=args.kv_cache,
+                     isl=args.isl, osl=args.osl, concurrency=args.concurrency)
+    if dep.gpus > _MAX_GPUS:
+        raise ValueError(f"the deployment asks for {dep.gpus:,} GPUs; use at most {_MAX_GPUS:,}")
+    for name in PRECISION_FIELDS:
+        check_precision(gpu, name, getattr(dep, name), label="--" + name.replace("_", "-"))
+    given = {field: v * unit for flag, field, unit in _SLO_FLAGS
+             if (v := getattr(args, flag[2:].replace("-", "_"))) is not None}
+    if given and args.concurrency is not None:
+        raise ValueError("an SLO selects the operating point: give it without --concurrency")
+    return gpu, dep, (SLO(**given) if given else None)
+
+
+def _advise(args: argparse.Namespace) -> int:
+    from co_design.advise import advise, format_advisory, plot_advisory
+
+    if not 0 < args.budget_pct < 100:
+        return _fail(f"--budget-pct must be in (0, 100) (percent of the model's parameters), got {args.budget_pct:g}",
+                     "advise")
+    arch, code = _load_arch(args.config, "advise")
+    if arch is None:
+        return code
+    try:
+        gpu, dep, slo = _deployment_of(args)
+        if slo is not None:  # the SLO picks the model's operating point; neighbours are scored at that load
+            from co_design.perf import max_throughput
+
+            dep = dep.replace(concurrency=max_throughput(arch, gpu, dep, slo=slo).batch)
+        adv = advise(arch, gpu, dep, budget_pct=args.budget_pct / 100, align=args.align)
+        plot = plot_advisory(adv, args.plot, top=args.top) if args.plot else None
+    except ValueError as exc:
+        return _fail(str(exc), "advise")
+    if args.json:
+        d = adv.to_dict()
+        if plot is not None:
+            d["plot"] = str(plot)
+        print(json.dumps(d, indent=1))
+    else:
+        print(format_advisory(adv, top=args.top))
+        if plot is not None:
+            print(f"\nplot: {plot}")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from co_design.arch import ArchitectureError
+    from co_design.export import export, trial_architecture
+
+    if (args.config is None) == (args.study_dir is None):
+        return _fail("give either CONFIG or --study-dir RUN_DIR --trial N", "export")
+    if args.study_dir is not None:
+        if args.trial is None:
+            return _fail("--study-dir needs --trial N (a trial number of the run, e.g. from pareto.csv)", "export")
+        try:
+            arch = trial_architecture(args.study_dir, args.trial)
+        except (ValueError, OSError, KeyError) as exc:
+            return _fail(str(exc), "export")
+    else:
+        arch, code = _load_arch(args.config, "export")
+        if arch is None:
+            return code
+    try:
+        gpu, dep, slo = _deployment_of(args)
+        files = export(arch, args.out, gpu=gpu, deployment=dep, slo=slo)
+    except (ArchitectureError, ValueError) as exc:
+        return _fail(str(exc), "export")
+    figures = json.loads(files["predicted"].read_text())
+    if args.json:
+        print(json.dumps({"files": {k: str(v) for k, v in files.items()}, "predicted": figures}, indent=1))
+        return 0
+    print(f"co-design export: {arch.name} -> {args.out}")
+    for key, path in files.items():
+        print(f"  {path}")
+    f = figures
+    print(f"predicted on {f['gpu']} x{f['gpus']} ({f['layout']}) at concurrency {f['concurrency']}: "
+          f"{f['output_tokens_per_s_per_gpu']:,.1f} output tok/s/GPU, {f['output_tokens_per_s_per_user']:,.1f} "
+          f"tok/s/user, TTFT {f['ttft_ms']:,.1f} ms, TPOT {f['tpot_ms']:,.2f} ms")
+    return 0
+
+
 def _slo_miss(where: str, given: list, reachable: Callable[[Any], bool]) -> str:
     """One line naming the SLO flag(s) that no operating point of ``where`` meets.
 
@@ -220,7 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] not in ("predict", "-h", "--help", "--version"):
+    if argv and argv[0] not in ("predict", "advise", "export", "-h", "--help", "--version"):
         argv = ["predict", *argv]  # `co-design CONFIG ...` works too
     try:
         args = parser.parse_args(argv)
@@ -228,6 +377,10 @@ def _run(argv: Sequence[str] | None) -> int:
         return int(exc.code or 0)
     if args.command == "predict":
         return _predict(args)
+    if args.command == "advise":
+        return _advise(args)
+    if args.command == "export":
+        return _export(args)
     return _fail(f"unknown command {args.command!r}")
 
 

@@ -281,3 +281,51 @@ def test_bad_model_or_flags_exit_2_with_one_line(tmp_path, capsys, what, filenam
     assert out == "" and err.count("\n") == 1 and err.startswith("co-design predict: error: ")
     assert fragment in err
     assert err.count(str(p)) <= 1  # the file is named once
+
+
+# ---------------------------------------------------------------- advise and export (issue #13)
+def test_advise_json(config, capsys, tmp_path):
+    plot = tmp_path / "advise.html"
+    assert main(["advise", config, "--hardware", "b200", "--tp", "2", "--json", "--plot", str(plot)]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["model"] == "tiny" and d["deployment_label"] == "TP2" and d["plot"] == str(plot) and plot.is_file()
+    assert d["budget_pct"] == 0.1 and d["neighbours_scored"] >= len(d["dominating"])
+    # the tiny model: hidden 2048, ffn 8192 / 2 = 4096, vocab 32000 / 2 = 16000 = 125 * 128 -> 256 misses
+    assert [(m["dimension"], m["per_gpu_value"]) for m in d["misalignments"]] == [("vocab", 16000)]
+    for n in d["dominating"]:
+        assert n["output_tokens_per_s_per_gpu"] > d["prediction"]["output_tokens_per_s_per_gpu"]
+        assert n["output_tokens_per_s_per_user"] > d["prediction"]["output_tokens_per_s_per_user"]
+
+
+def test_advise_report_and_errors(config, capsys):
+    assert main(["advise", config, "--hardware", "b200"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("co-design advise: tiny on b200 x1 (TP1)") and "Neighbours within ±10% of the parameters" in out
+    assert main(["advise", config, "--budget-pct", "0"]) == 2
+    assert "co-design advise: error: --budget-pct" in capsys.readouterr().err
+    assert main(["advise", "missing.json"]) == 2
+    assert "co-design advise: error: cannot read model CONFIG 'missing.json'" in capsys.readouterr().err
+
+
+def test_export_then_predict_round_trip(config, capsys, tmp_path):
+    out = tmp_path / "exp"
+    assert main(["export", config, "--hardware", "b200", "--tp", "2", "--out", str(out), "--json"]) == 0
+    written = json.loads(capsys.readouterr().out)
+    assert set(written["files"]) == {"config", "arch", "modelopt", "llmcompressor", "plan", "serving", "predicted"}
+    assert json.loads((out / "config.json").read_text())["model_type"] == "llama"
+    for shape in (config, str(out / "config.json")):  # the same prediction from the original and the export
+        assert main(["predict", shape, "--hardware", "b200", "--tp", "2", "--json", "--no-advice"]) == 0
+        d = json.loads(capsys.readouterr().out)
+        assert d["output_tokens_per_s_per_gpu"] == written["predicted"]["output_tokens_per_s_per_gpu"]
+        assert d["batch"] == written["predicted"]["concurrency"]
+
+
+def test_export_errors(config, capsys, tmp_path):
+    assert main(["export", "--out", str(tmp_path)]) == 2
+    assert "give either CONFIG or --study-dir" in capsys.readouterr().err
+    assert main(["export", "--study-dir", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert "--study-dir needs --trial" in capsys.readouterr().err
+    bad = tmp_path / "window.yaml"
+    bad.write_text(CONFIG + "sliding_window: 4096\n")
+    assert main(["export", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert "co-design export: error: sliding_window=4096" in capsys.readouterr().err

@@ -1,0 +1,75 @@
+"""`co_design.export.export` and the serving options: the files, the round trip through config.json, a trial of a
+search run directory."""
+
+import json
+
+import optuna
+import pytest
+import yaml
+
+from co_design import Architecture
+from co_design.export import export, serving_options, trial_architecture
+from co_design.perf import Deployment, max_throughput, predict
+
+ARCH = Architecture(hidden=2048, layers=16, heads=16, kv_heads=4, ffn=8192, vocab=32000, name="dense2b")
+MOE = Architecture(hidden=2048, layers=8, heads=16, kv_heads=4, head_dim=128, ffn=6144, expert_ffn=768, experts=64,
+                   experts_per_token=8, vocab=32000, name="moe")
+
+
+def test_export_writes_the_files_and_round_trips(tmp_path):
+    dep = Deployment(tp=2)
+    files = export(ARCH, tmp_path, gpu="b200", deployment=dep)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in files.values()) == [
+        "arch.yaml", "config.json", "quantization/llmcompressor_recipe.yaml", "quantization/modelopt_quant_cfg.yaml",
+        "quantization/plan.json", "serving/extra_llm_api_options.yaml", "serving/predicted.json"]
+    # both shape files load back as the same Architecture, and predict the same
+    for name in ("config.json", "arch.yaml"):
+        back = Architecture.load(tmp_path / name)
+        assert back == ARCH
+        assert max_throughput(back, "b200", dep).output_tokens_per_s_per_gpu == \
+            max_throughput(ARCH, "b200", dep).output_tokens_per_s_per_gpu
+    best = max_throughput(ARCH, "b200", dep)
+    figures = json.loads((tmp_path / "serving/predicted.json").read_text())
+    assert figures["concurrency"] == best.batch
+    assert figures["output_tokens_per_s_per_gpu"] == best.output_tokens_per_s_per_gpu
+    assert figures["tpot_ms"] == best.tpot_s * 1e3 and figures["layout"] == "TP2"
+    opts = yaml.safe_load((tmp_path / "serving/extra_llm_api_options.yaml").read_text())
+    assert opts["max_batch_size"] == best.batch and opts["kv_cache_config"]["dtype"] == "fp8"
+    assert opts["enable_attention_dp"] is False and opts["max_num_tokens"] == 8192
+    header = (tmp_path / "serving/extra_llm_api_options.yaml").read_text()
+    assert "--tp_size 2 --ep_size 1 --pp_size 1" in header and "https://nvidia.github.io/TensorRT-LLM/" in header
+
+
+def test_attention_dp_max_batch_is_per_rank():
+    # with attention DP each of the tp ranks schedules its own requests: max_batch_size per rank
+    dep = Deployment(gpus=16, tp=8, ep=8, attention_dp=True, concurrency=1024)
+    p = predict(MOE, "b200", dep)
+    opts = serving_options(MOE, p)
+    assert p.batch == 1024 and opts["max_batch_size"] == 1024 // 16  # 2 replicas x 8 attention ranks
+    assert opts["enable_attention_dp"] is True
+
+
+def test_bf16_export_skips_the_recipes(tmp_path):
+    files = export(ARCH, tmp_path, gpu="h200", deployment=Deployment(weights="bf16", activations="bf16"))
+    assert "modelopt" not in files and "config" in files
+
+
+def test_trial_from_pareto_json(tmp_path):
+    (tmp_path / "pareto.json").write_text(json.dumps([{"trial": 3, "arch": ARCH.to_dict()}]))
+    assert trial_architecture(tmp_path, 3) == ARCH
+    with pytest.raises(ValueError, match="trial 4"):
+        trial_architecture(tmp_path, 4)
+
+
+def test_trial_from_optuna_storage(tmp_path):
+    storage = f"sqlite:///{tmp_path}/study.db"
+    study = optuna.create_study(study_name="s", storage=storage)
+    for arch in (ARCH, MOE):
+        t = study.ask()
+        t.set_user_attr("arch", arch.to_dict())
+        study.tell(t, 1.0)
+    (tmp_path / "summary.json").write_text(json.dumps({"study_name": "s", "storage": storage}))
+    (tmp_path / "trials.csv").write_text("trial,state\n0,COMPLETE\n1,COMPLETE\n")  # rows without an arch column
+    assert trial_architecture(tmp_path, 1) == MOE
+    with pytest.raises(ValueError, match="no trial 7"):
+        trial_architecture(tmp_path, 7)
