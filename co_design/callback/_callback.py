@@ -213,6 +213,11 @@ class CoDesignCallback(Callback):
             scored (as the search job trains it).
         dequantize_on_fit_end: put the plain ``nn.Linear`` layers back when fit ends
             (default False: the model keeps training behaviour, like ``ModelPruning``).
+        export_dir: when fit ends, write what ``co-design export`` writes for the trained
+            architecture into this directory (rank zero): a transformers ``config.json``, the
+            NVFP4 recipe for ModelOpt and LLM Compressor, and TensorRT-LLM options with the
+            predicted serving figures (:func:`co_design.export.export`). A shape no exported
+            family holds is refused at setup, before training.
 
     Attributes after ``setup``: ``architecture``, ``inference`` (how it was found,
     None when given), ``prediction`` (:class:`~co_design.perf.Prediction`),
@@ -237,6 +242,7 @@ class CoDesignCallback(Callback):
         warn_alignment: bool = True,
         verify_architecture: bool = True,
         dequantize_on_fit_end: bool = False,
+        export_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__()
         self.gpu = _resolve_gpu(hardware)
@@ -257,6 +263,8 @@ class CoDesignCallback(Callback):
         self.warn_alignment = bool(warn_alignment)
         self.verify_architecture = bool(verify_architecture)
         self.dequantize_on_fit_end = bool(dequantize_on_fit_end)
+        self.export_dir = None if export_dir is None else Path(export_dir)
+        self.exported: dict[str, Path] = {}
 
         # state (state_dict / load_state_dict)
         self.architecture: Architecture | None = self._given_architecture
@@ -282,6 +290,13 @@ class CoDesignCallback(Callback):
         self._find_architecture(pl_module, has_layers=has_layers)
         assert self.architecture is not None
         self.prediction = self._predict(self.architecture)
+        if self.export_dir is not None:  # an unexportable shape is refused now, not after training
+            from co_design.export import hf_config
+
+            try:
+                hf_config(self.architecture)
+            except ValueError as exc:
+                raise ValueError(f"CoDesignCallback(export_dir={str(self.export_dir)!r}): {exc}") from None
         self._quantize(pl_module)
         if self.warn_alignment:
             self._warn_alignment()
@@ -308,6 +323,16 @@ class CoDesignCallback(Callback):
         elif trainer.state.fn == TrainerFn.VALIDATING and trainer.global_step > 0:
             # trainer.validate() after fit, e.g. for the loss at the final step: record, never stop
             self._record(trainer)
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.export_dir is None or not trainer.is_global_zero or self.architecture is None:
+            return
+        from co_design.export import export
+
+        self.exported = export(self.architecture, self.export_dir, gpu=self.gpu, deployment=self.deployment,
+                               slo=self.slo)
+        rank_zero_info(f"CoDesignCallback: exported {self.architecture.name!r} to {self.export_dir}: "
+                       + ", ".join(str(p.relative_to(self.export_dir)) for p in self.exported.values()))
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit" and self.dequantize_on_fit_end and self.quantized_modules:

@@ -9,6 +9,7 @@ quantized the same way and gives the same logits; the prediction and the coverag
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from typing import Any, Callable
@@ -214,3 +215,41 @@ def test_low_coverage_warns_and_names_what_was_kept():
                                              r"weights \(24,576 of the 73,728 its architecture implies\)"):
         cb.setup(trainer, module, "fit")
     assert cb.quant_coverage.kinds["ffn"] == (0, 49152)
+
+
+@pytest.mark.slow
+def test_export_dir_writes_what_trains_and_serves_the_trained_model(tmp_path: Any) -> None:
+    # issue 13: CoDesignCallback(export_dir=...) writes co-design export's files for the model it trained
+    make_config, module_cls, expected = CASES["hf-qwen3-moe"]
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        module = module_cls(make_config())
+    out = tmp_path / "export"
+    cb = CoDesignCallback("b200", stopping=None, warn_alignment=False, log_quant_every_n_steps=0, export_dir=out)
+    trainer = pl.Trainer(max_steps=2, accelerator="cpu", logger=False, callbacks=[cb], enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(module, train_dataloaders=_data())
+    assert sorted(p.relative_to(out).as_posix() for p in cb.exported.values()) == [
+        "arch.yaml", "config.json", "quantization/llmcompressor_recipe.yaml", "quantization/modelopt_quant_cfg.yaml",
+        "quantization/plan.json", "serving/extra_llm_api_options.yaml", "serving/predicted.json"]
+    # transformers reads the exported config back as the trained shape
+    config = T.AutoConfig.from_pretrained(out)
+    assert Architecture.from_hf_config(config).to_dict() | {"name": ""} == expected.to_dict() | {"name": ""}
+    predicted = json.loads((out / "serving" / "predicted.json").read_text())
+    assert predicted["output_tokens_per_s_per_gpu"] == pytest.approx(cb.prediction.output_tokens_per_s_per_gpu)
+
+
+def test_export_dir_refuses_an_unexportable_shape_before_training(tmp_path: Any) -> None:
+    make_config, module_cls, _ = CASES["hf-gpt-oss"]  # a sliding window: no exported family holds it
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        module = module_cls(make_config())
+    cb = CoDesignCallback("b200", stopping=None, warn_alignment=False, export_dir=tmp_path / "export")
+    trainer = pl.Trainer(max_steps=2, accelerator="cpu", logger=False, callbacks=[cb], enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False)
+    with pytest.raises(ValueError, match=r"CoDesignCallback\(export_dir=.*\): .*sliding"):
+        trainer.fit(module, train_dataloaders=_data())
+    assert module.losses == [] and not (tmp_path / "export").exists()
