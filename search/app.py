@@ -47,6 +47,7 @@ from search.study import (
     DUPLICATE_ATTR,
     MAX_CONSECUTIVE_DUPLICATES,
     SURPLUS_ATTR,
+    drain_queue,
     fail_orphaned_trials,
     finished_count,
     held_count,
@@ -175,6 +176,7 @@ def run(
                     )
                     # parallel workers: trials in flight on other workers count too (they finish and are counted)
                     remaining = max(0, cfg.n_trials - held_count(study))
+                drain_queue(study, cfg.n_trials)  # shapes queued after duplicates that nobody needs now
             finally:
                 optuna_logger.removeFilter(failures)
     except KeyboardInterrupt:

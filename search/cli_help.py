@@ -77,6 +77,9 @@ def _defaults_comments() -> dict[str, str]:
 def groups() -> list[str]:
     """The config groups: conf/config.yaml's defaults order, then any other folder of conf/."""
     present = {p.name for p in CONF_DIR.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))}
+    present.discard("hydra")  # conf/hydra/<group>/: the project's options of Hydra's own groups
+    if (CONF_DIR / "hydra").is_dir():
+        present |= {f"hydra/{p.name}" for p in (CONF_DIR / "hydra").iterdir() if p.is_dir()}
     present.add("experiment")
     ordered = [g for g in _defaults_comments() if g in present]
     return ordered + sorted(present - set(ordered))
@@ -123,9 +126,16 @@ def option_help(path: Path) -> str:
     return _first_sentence(" ".join(words))
 
 
+#: Hydra's own groups that conf/hydra/ adds options to, and what they select
+_HYDRA_GROUPS = {
+    "hydra/launcher": "how the jobs of a sweep (-m) run: Hydra's basic (one after another), joblib (processes "
+                      "on this machine), submitit_local, submitit_slurm, or the project's options below",
+}
+
+
 def group_help(group: str) -> str:
     """What a group selects: its comment in conf/config.yaml's defaults list, else its schema's docstring."""
-    comment = _defaults_comments().get(group)
+    comment = _defaults_comments().get(group) or _HYDRA_GROUPS.get(group)
     if comment:
         return comment
     from search.config import SearchConfig

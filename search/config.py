@@ -380,6 +380,9 @@ class SearchConfig:
     # auto: enumerate the whole space (the exact front) when no objective needs training, else sample;
     # sample: always ask the sampler (n_trials of them); enumerate: refused when loss is an objective
     strategy: str = "auto"
+    # which of several workers launched as one sweep this is (python -m search -m worker=0,1,2
+    # hydra/launcher=joblib); it names nothing else: every worker joins the same study in one run dir
+    worker: int = 0
 
 
 def register_configs() -> None:
@@ -719,6 +722,8 @@ def _validate_top(cfg: SearchConfig, problems: list[str]) -> None:
         )
     if cfg.n_trials < 1:
         problems.append(f"n_trials={cfg.n_trials}: must be >= 1 (the total number of trials the study should hold)")
+    if cfg.worker < 0:
+        problems.append(f"worker={cfg.worker}: must be >= 0 (the index of a worker in a sweep: -m worker=0,1,2)")
     if not cfg.study_name or any(c in cfg.study_name for c in "/\\"):
         problems.append(f"study_name={cfg.study_name!r}: give a non-empty name without slashes")
     if cfg.storage is not None:

@@ -59,6 +59,7 @@ __all__ = [
     "open_study",
     "Resume",
     "resume",
+    "drain_queue",
     "finished_count",
     "fail_orphaned_trials",
     "counts_toward_n_trials",
@@ -531,3 +532,25 @@ def resume(study: optuna.Study, storage: Any, n_trials: int, *, exact: bool) -> 
     remaining = 0 if exact else max(0, n_trials - done)
     retries = retry_interrupted(study) if remaining else []
     return Resume(orphans, done, remaining, retries)
+
+
+def drain_queue(study: optuna.Study, n_trials: int) -> int:
+    """End the trials still queued once the study holds ``n_trials``; return how many.
+
+    A worker queues a random unseen shape after a duplicate proposal (and an interrupted
+    trial's shape); when the study reaches ``n_trials`` meanwhile, on this worker or another,
+    nobody needs them. Each is taken from the queue (``study.ask``) and told PRUNED as
+    surplus (:data:`SURPLUS_ATTR`: evaluated nothing, counted nowhere), so a finished study
+    holds no WAITING trial for a later run or the dashboard to stumble on.
+    """
+    drained = 0
+    while study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        held = held_count(study)
+        if held < n_trials:
+            break
+        trial = study.ask()  # the oldest queued trial (or, if another worker took it meanwhile, a new one)
+        trial.set_user_attr(SURPLUS_ATTR, held)
+        study.tell(trial, state=TrialState.PRUNED)
+        drained += 1
+    return drained
+

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from search.cli_help import HELP_TAG, groups, option_help, top_level_keys, unknown_key
 from search.paths import CONF_DIR, RECIPES_DIR, REPO_ROOT, group_options
@@ -29,12 +30,17 @@ def help_text() -> str:
 
 
 def test_groups_are_the_folders_of_conf_and_the_recipes():
-    assert sorted(groups()) == sorted([p.name for p in CONF_DIR.iterdir() if p.is_dir()] + ["experiment"])
+    folders = [p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name != "hydra"]
+    hydra_groups = [f"hydra/{p.name}" for p in (CONF_DIR / "hydra").iterdir() if p.is_dir()]
+    assert hydra_groups == ["hydra/launcher"]  # conf/hydra/launcher/: options of Hydra's own group
+    assert sorted(groups()) == sorted(folders + hydra_groups + ["experiment"])
     assert groups()[0] == "hardware"  # conf/config.yaml's defaults order
 
 
 def test_every_option_file_has_one_short_help_line():
-    for path in sorted(CONF_DIR.glob("*/*.yaml")):
+    paths = sorted(p for p in CONF_DIR.rglob("*.yaml") if p.parent != CONF_DIR)
+    assert any(p.parent.name == "launcher" for p in paths)
+    for path in paths:
         lines = [line for line in path.read_text().splitlines() if line.startswith(HELP_TAG)]
         assert len(lines) == 1, path
         assert 0 < len(lines[0]) - len(HELP_TAG) <= 80, path
@@ -153,3 +159,12 @@ def test_multirun_in_another_order_finds_each_jobs_study(tmp_path):
         f"deployment.activations=fp8,deployment.weights=fp8,hardware.gpu={gpu},objectives=perf_only,strategy=sample"
         for gpu in ("b200", "h100")
     ]
+
+
+def test_the_slurm_launcher_option_is_submitits_with_one_gpu_per_worker(tmp_path):
+    out = _search("worker=3", "hydra/launcher=slurm", "--cfg", "hydra")
+    assert out.returncode == 0, out.stderr[-3000:]
+    launcher = yaml.safe_load(out.stdout)["hydra"]["launcher"]
+    assert launcher["_target_"] == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
+    assert (launcher["gpus_per_node"], launcher["tasks_per_node"], launcher["array_parallelism"]) == (1, 1, 64)
+

@@ -160,6 +160,21 @@ def test_three_workers_share_a_journal_study(tmp_path):
 
 
 @pytest.mark.slow
+def test_workers_launched_as_a_joblib_sweep_share_one_study(tmp_path):
+    # python -m search -m worker=0,1,2 hydra/launcher=joblib: three processes, one run dir, one study
+    cmd = [sys.executable, "-m", "search", "-m", "worker=0,1,2", "hydra/launcher=joblib", "hydra.launcher.n_jobs=3",
+           *SMALL, f"n_trials={N_TRIALS}", "study_name=sweep", "tracking=off", "plots=false"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dirs = [p.parent for p in (tmp_path / "outputs" / "multirun" / "sweep").rglob("study.journal")]
+    assert len(run_dirs) == 1  # the worker key names no run dir of its own
+    study = optuna.load_study(study_name="sweep", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(run_dirs[0] / "study.journal"))))
+    _check_trials(study)  # N_TRIALS distinct shapes evaluated, the rest duplicates or surplus
+    assert proc.stdout.count("Pareto front of 'sweep'") == 3  # each worker reported the one study
+
+
+@pytest.mark.slow
 def test_workers_enumerating_one_space_score_each_shape_once(tmp_path):
     # performance objectives, strategy=enumerate: the first worker scores the 16 shapes, the others wait for the
     # run dir's lock and find every shape scored
@@ -383,3 +398,21 @@ def test_a_damaged_corpus_is_rebuilt_with_a_notice(tmp_path):
     mtime = train.stat().st_mtime_ns
     build_stdlib_corpus(tmp_path, say=notes.append)  # intact: used as it is
     assert len(notes) == 3 and train.stat().st_mtime_ns == mtime
+
+
+def test_shapes_queued_after_the_study_is_full_are_drained_as_surplus():
+    from search.study import SURPLUS_ATTR, counts_toward_n_trials, drain_queue
+
+    study = optuna.create_study(directions=["maximize", "maximize"])
+    for key in ("a", "b"):
+        t = study.ask()
+        t.set_user_attr("candidate_key", key)
+        study.tell(t, [1.0, 1.0])
+    study.enqueue_trial({"x": 1})
+    assert drain_queue(study, n_trials=3) == 0  # the study needs a third trial: the queued shape stays
+    assert len(study.get_trials(states=(TrialState.WAITING,))) == 1
+    assert drain_queue(study, n_trials=2) == 1
+    assert not study.get_trials(states=(TrialState.WAITING,))
+    drained = study.trials[-1]
+    assert drained.state == TrialState.PRUNED and drained.user_attrs[SURPLUS_ATTR] == 2
+    assert not counts_toward_n_trials(drained) and sum(map(counts_toward_n_trials, study.trials)) == 2
