@@ -25,7 +25,7 @@ import os
 import shutil
 from pathlib import Path
 
-from search.files import atomic_path, write_atomic
+from search.files import atomic_path, sha256_of, write_atomic
 
 __all__ = ["cache_dir", "shared_file", "link_file"]
 
@@ -42,14 +42,6 @@ def cache_dir() -> Path:
     return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "co-design"
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _holds(path: Path, size: int, sha256: str) -> bool:
     """Whether ``path`` is a file of ``size`` bytes with this SHA-256 (hashed once per process per version)."""
     try:
@@ -62,7 +54,7 @@ def _holds(path: Path, size: int, sha256: str) -> bool:
     seen = _checked.get(str(path))
     if seen is not None and seen[:3] == key:
         return seen[3] == sha256
-    digest = _sha256(path)
+    digest = sha256_of(path)
     _checked[str(path)] = (*key, digest)
     return digest == sha256
 
@@ -113,4 +105,4 @@ def link_file(src: Path, dst: Path) -> str:
 
 
 def _same_bytes(a: Path, b: Path) -> bool:
-    return a.stat().st_size == b.stat().st_size and _sha256(a) == _sha256(b)
+    return a.stat().st_size == b.stat().st_size and sha256_of(a) == sha256_of(b)

@@ -23,7 +23,7 @@ from typing import Callable
 
 from filelock import FileLock
 
-from search.files import atomic_path, write_atomic
+from search.files import atomic_path, sha256_of, write_atomic
 
 __all__ = ["build_stdlib_corpus"]
 
@@ -87,17 +87,9 @@ def _corpus_problem(train_path: Path, val_path: Path, meta_path: Path) -> str | 
         size = path.stat().st_size
         if size != meta.get(f"bytes_{split}"):
             return f"{path.name} has {size:,} bytes, its metadata says {meta.get(f'bytes_{split}')!r} (a cut-short write?)"
-        if _sha256(path) != meta.get(f"sha256_{split}"):
+        if sha256_of(path) != meta.get(f"sha256_{split}"):
             return f"{path.name} does not match its SHA-256 in the metadata"
     return None
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _write_stdlib_corpus(root: Path, train_path: Path, val_path: Path, meta_path: Path, val_fraction: float) -> None:

@@ -15,13 +15,14 @@ rename wins and every version is whole.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["atomic_path", "write_atomic", "temporary_name"]
+__all__ = ["atomic_path", "write_atomic", "temporary_name", "sha256_of"]
 
 
 def temporary_name(path: str | Path) -> Path:
@@ -57,3 +58,12 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
             tmp.write_bytes(data)
         else:
             tmp.write_text(data, encoding="utf-8")
+
+
+def sha256_of(path: str | Path) -> str:
+    """The SHA-256 of a file's bytes (hex), read in 4 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()

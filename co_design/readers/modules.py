@@ -485,19 +485,22 @@ def _read_moe(
     router = next((lin for lin in rest if lin.i == hidden and lin.o == n), None)
     rest = [lin for lin in rest if lin is not router]
     ev = {"experts": f"{n} identical expert FFNs at {where}", "expert_ffn": f"expert {one[3]}", "expert_gated": one[4]}
-    guessed = []
     if router is None:
         ev["experts"] += f" (no router Linear {hidden}->{n} found)"
-    top_k = _int_attr(block, _TOP_K_ATTRS)
-    if top_k is not None and 1 <= top_k[0] <= n:
-        k = top_k[0]
-        ev["experts_per_token"] = f"attribute {top_k[1]}"
-    else:
-        k = min(2, n)
-        ev["experts_per_token"] = f"no top-k attribute; assumed {k}"
-        guessed.append("experts_per_token")
+    k, guessed = _top_k(block, n, ev)
     kwargs = dict(experts=n, experts_per_token=k, expert_ffn=one[0], gated_ffn=one[1])
     return kwargs, rest, ev, guessed
+
+
+def _top_k(block: nn.Module, n: int, ev: dict[str, str]) -> tuple[int, list[str]]:
+    """Experts per token from the block's top-k attribute, else 2 (then listed as guessed); ``ev`` says which."""
+    top_k = _int_attr(block, _TOP_K_ATTRS)
+    if top_k is not None and 1 <= top_k[0] <= n:
+        ev["experts_per_token"] = f"attribute {top_k[1]}"
+        return top_k[0], []
+    k = min(2, n)
+    ev["experts_per_token"] = f"no top-k attribute; assumed {k}"
+    return k, ["experts_per_token"]
 
 
 _DOWN_NAMES = ("down_proj", "w_down", "w2", "down")
@@ -531,15 +534,7 @@ def _read_fused_moe(
         ev = {"experts": f"{n} experts as 3-D parameters of {path or 'the block'} ({shapes})",
               "expert_ffn": f"{down_name} dimension that is not hidden={hidden}",
               "expert_gated": "fused/separate gate projection = gated" if gated else "no gate projection = not gated"}
-        guessed = []
-        top_k = _int_attr(block, _TOP_K_ATTRS)
-        if top_k is not None and 1 <= top_k[0] <= n:
-            k = top_k[0]
-            ev["experts_per_token"] = f"attribute {top_k[1]}"
-        else:
-            k = min(2, n)
-            ev["experts_per_token"] = f"no top-k attribute; assumed {k}"
-            guessed.append("experts_per_token")
+        k, guessed = _top_k(block, n, ev)
         return dict(experts=n, experts_per_token=k, expert_ffn=width, gated_ffn=gated), rest, ev, guessed
     return None
 
