@@ -8,7 +8,11 @@ scoring them, scores the rest (:func:`search.objective.evaluate`, the same check
 and operating points as a sampled trial) and stores each as an ordinary finished
 trial (COMPLETE, or PRUNED when infeasible), so results, plots, the dashboard and
 resume work unchanged. Candidates already in the study are skipped: the same
-command resumes an interrupted enumeration and re-scores nothing.
+command resumes an interrupted enumeration and re-scores nothing. Workers sharing a run
+directory enumerate one after another (search/app.py); workers on other machines sharing a
+database check the study again before each batch is stored, so a shape another worker stored
+meanwhile is not stored twice (two batches written at the same instant still can be: start one
+worker for an enumeration, which takes seconds).
 """
 
 from __future__ import annotations
@@ -69,7 +73,14 @@ def enumerate_into(
 
     def flush() -> None:
         if pending:
-            study.add_trials(pending)
+            # another worker's enumeration (other machines: no shared run-dir lock) may have stored some meanwhile
+            held = {t.user_attrs.get("candidate_key") for t in study.get_trials(deepcopy=False)}
+            fresh = [t for t in pending if t.user_attrs["candidate_key"] not in held]
+            stored_meanwhile = [t for t in pending if t.user_attrs["candidate_key"] in held]
+            counts["scored"] -= len(stored_meanwhile)
+            counts["feasible"] -= sum(t.state == TrialState.COMPLETE for t in stored_meanwhile)
+            counts["already_scored"] += len(stored_meanwhile)
+            study.add_trials(fresh)
             pending.clear()
             if on_batch is not None:
                 on_batch(counts["scored"])

@@ -9,11 +9,10 @@ import pytest
 from optuna.trial import TrialState
 
 from search.app import run
-from search.study import finished_count
 from search.compose import compose_config
 from search.config import ConfigError, to_search_config
 from search.objective import evaluate
-from search.study import DUPLICATE_ATTR
+from search.study import DUPLICATE_ATTR, finished_count
 from search.scoring import objective_value
 from search.space import enumerate_candidates
 
@@ -116,3 +115,29 @@ def test_a_duplicate_of_a_running_trial_is_not_evaluated_again():
     assert duplicate_of(study, "abc", number=running.number) is None  # itself
     study.tell(running, state=TrialState.FAIL)
     assert duplicate_of(study, "abc", number=1) is None  # a failed candidate may be tried again
+
+
+def test_shapes_another_worker_stored_meanwhile_are_not_stored_twice(monkeypatch):
+    # a worker on another machine (no shared run-dir lock) stores the whole space while this one is scoring
+    import search.exact
+    from search.checks import resolve_gpu
+    from search.exact import enumerate_into
+
+    cfg = to_search_config(compose_config(*SMALL))
+    gpu, names = resolve_gpu(cfg), list(cfg.objectives.names)
+    other = optuna.create_study(directions=["maximize", "maximize"])
+    assert enumerate_into(other, cfg, gpu, names).scored == 16
+    study = optuna.create_study(directions=["maximize", "maximize"])
+    real = search.exact.evaluate
+
+    def meanwhile(*args, **kwargs):
+        if not study.trials:
+            study.add_trials(other.get_trials())  # the other worker's 16 shapes land during this one's first batch
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(search.exact, "evaluate", meanwhile)
+    result = enumerate_into(study, cfg, gpu, names)
+    assert (result.scored, result.feasible, result.already_scored) == (0, 0, 16)
+    keys = [t.user_attrs["candidate_key"] for t in study.trials]
+    assert len(keys) == 16 == len(set(keys))
+
