@@ -102,7 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Write config.json (transformers), arch.yaml, ModelOpt and LLM Compressor "
                                     "recipes and the predicted best TensorRT-LLM serving options into --out.")
     ex.add_argument("config", metavar="CONFIG", nargs="?", help="HF config.json or project model YAML")
-    ex.add_argument("--study-dir", default=None, help="a search run directory (outputs/<name>); with --trial")
+    ex.add_argument("--study-dir", default=None,
+                    help="a search run directory (outputs/<name>); with --trial: that trial as the search served it "
+                         "(its throughput point's GPU, parallelism, precision and batch; deployment flags unused)")
     ex.add_argument("--trial", type=int, default=None, help="trial number in --study-dir")
     ex.add_argument("--out", required=True, metavar="DIR", help="directory to write into")
     _deployment_args(ex)
@@ -295,8 +297,17 @@ def _export(args: argparse.Namespace) -> int:
             return code
     try:
         gpu, dep, slo = _deployment_of(args)
+        if args.study_dir is not None:  # as the search served it: its throughput point on the study's GPU
+            from co_design.export import trial_serving
+            from co_design.hardware import get_gpu, load_gpu
+
+            served, hardware = trial_serving(args.study_dir, args.trial)
+            if served is not None:
+                dep, slo = served, None
+            if hardware:
+                gpu = load_gpu(hardware) if hardware.endswith((".yaml", ".yml")) else get_gpu(hardware)
         files = export(arch, args.out, gpu=gpu, deployment=dep, slo=slo)
-    except (ArchitectureError, ValueError) as exc:
+    except (ArchitectureError, ValueError, OSError) as exc:
         return _fail(str(exc), "export")
     figures = json.loads(files["predicted"].read_text())
     if args.json:

@@ -4,7 +4,9 @@ Files in the run directory (rewritten after every trial and at the end):
 
 - ``pareto.csv`` / ``pareto.json``: the Pareto-optimal trials (feasible, COMPLETE,
   non-dominated; ``study.best_trials``), one row each.
-- ``trials.csv``: every finished trial with its state and reason.
+- ``trials.csv``: every finished trial with its state and reason, and its full-size
+  architecture and its throughput point's deployment as JSON (``arch``, ``deployment_config``;
+  ``pareto.json`` rows carry them too).
 - ``loss_curves.json``: each trained proxy's validation loss against training tokens
   (``{trial: {"shape", "state", "tokens_loss": [[tokens, nats/token], ...]}}``).
 - ``summary.json``: study name, storage, objectives and directions, counts, the
@@ -147,6 +149,8 @@ def trial_row(t: FrozenTrial, objectives: Sequence[str], *, pareto: bool) -> dic
         "proxy_seconds": a.get("proxy_seconds"),
         "feasible": all(v <= 0 for v in t.constraints.values()),
         "reason": _reason(t),
+        "arch": a.get("arch"),  # the full-size Architecture's fields (co-design export --study-dir reads them)
+        "deployment_config": a.get("deployment"),  # the throughput point's co_design.perf.Deployment fields
     }
     if t.state == TrialState.COMPLETE and t.values is not None:
         for name, v in zip(objectives, t.values):
@@ -221,8 +225,8 @@ def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> No
     with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         w.writeheader()
-        for r in rows:
-            w.writerow({c: r.get(c) for c in columns})
+        for r in rows:  # a mapping (the arch) as JSON text
+            w.writerow({c: json.dumps(r[c]) if isinstance(r.get(c), dict) else r.get(c) for c in columns})
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -256,7 +260,8 @@ def write_results(
     cols = ["trial"] + [c for c in PARETO_COLUMNS if c != "trial"] + params
     _write_csv(run_dir / "pareto.csv", front, cols)
     _write_json(run_dir / "pareto.json", front)
-    all_cols = ["trial", "state", "pareto", "feasible"] + [c for c in PARETO_COLUMNS if c != "trial"] + ["reason"] + params
+    all_cols = (["trial", "state", "pareto", "feasible"] + [c for c in PARETO_COLUMNS if c != "trial"] + ["reason"]
+                + params + ["arch", "deployment_config"])
     _write_csv(run_dir / "trials.csv", rows, all_cols)
     curves = {
         str(t.number): {"shape": t.user_attrs.get("shape"), "state": t.state.name, "tokens_loss": t.user_attrs[LOSS_CURVE_ATTR]}
@@ -413,6 +418,7 @@ def summary_extra(cfg: SearchConfig, study: optuna.Study) -> dict[str, Any]:
         "definitions": ([loss_definition(cfg)] if "loss" in cfg.objectives.names else []) + definitions(d),
         "interactive_concurrency": d.interactive_concurrency,
         "runtime": {"max_batch": d.max_batch, "max_num_tokens": d.max_num_tokens},
+        "hardware": cfg.hardware.file or cfg.hardware.gpu,  # what co-design export --study-dir serves on
         "strategy": "enumerate" if enumerates(cfg) else "sample",
         "enumeration": study.user_attrs.get(ENUMERATION_ATTR),
     }

@@ -23,6 +23,7 @@ through :func:`search.redact.redact` (a storage URL's password).
 
 from __future__ import annotations
 
+import json
 import logging
 import netrc
 import os
@@ -248,7 +249,7 @@ _COLUMN_ORDER = {k: i for i, k in enumerate(["trial", "state", "pareto", *PARETO
 def _cell(v: Any) -> Any:
     if v is None or isinstance(v, (int, float, str, bool)):
         return v
-    return str(v)
+    return json.dumps(v) if isinstance(v, (dict, list)) else str(v)
 
 
 def make_tracker(cfg: Any, run_dir: str) -> Any:

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "export",
     "trial_architecture",
+    "trial_serving",
     "hf_config",
     "hf_family",
     "hf_extra_params",
@@ -85,6 +86,38 @@ def export(arch: "Architecture", out_dir: str | Path, *, gpu: "GPU | str", deplo
     return files
 
 
+def trial_serving(study_dir: str | Path, trial: int) -> tuple["Deployment | None", str | None]:
+    """How the search served trial ``trial`` at its throughput point: (Deployment with the point's
+    concurrency, GPU name or file), from its row's ``deployment_config`` and ``batch`` and
+    ``summary.json``'s ``hardware``; None for what a run directory of an older version lacks."""
+    from co_design.perf import Deployment, Runtime
+
+    d = Path(study_dir)
+    summary = json.loads((d / "summary.json").read_text()) if (d / "summary.json").is_file() else {}
+    for row in _rows(d):
+        if str(row.get("trial")) != str(trial) or not row.get("deployment_config") or not row.get("batch"):
+            continue
+        cfg = row["deployment_config"]
+        cfg = dict(json.loads(cfg) if isinstance(cfg, str) else cfg)
+        runtime = cfg.pop("runtime", None) or {}
+        known = Runtime.__dataclass_fields__
+        cfg["runtime"] = Runtime(**{k: v for k, v in runtime.items() if k in known})
+        cfg["concurrency"] = int(float(row["batch"]))
+        return Deployment(**cfg), summary.get("hardware")
+    return None, summary.get("hardware")
+
+
+def _rows(d: Path) -> list[dict[str, Any]]:
+    """The result rows of a run directory: pareto.json, then trials.csv."""
+    rows: list[dict[str, Any]] = []
+    if (d / "pareto.json").is_file():
+        rows += json.loads((d / "pareto.json").read_text())
+    if (d / "trials.csv").is_file():
+        with open(d / "trials.csv", newline="") as f:
+            rows += list(csv.DictReader(f))
+    return rows
+
+
 def trial_architecture(study_dir: str | Path, trial: int) -> "Architecture":
     """The full-size shape of trial ``trial`` of a search run directory (``outputs/<name>``).
 
@@ -97,12 +130,7 @@ def trial_architecture(study_dir: str | Path, trial: int) -> "Architecture":
     d = Path(study_dir)
     if not d.is_dir():
         raise ValueError(f"--study-dir {str(d)!r} is not a directory (a search run directory, e.g. outputs/co-design)")
-    rows: list[dict[str, Any]] = []
-    if (d / "pareto.json").is_file():
-        rows += json.loads((d / "pareto.json").read_text())
-    if (d / "trials.csv").is_file():
-        with open(d / "trials.csv", newline="") as f:
-            rows += list(csv.DictReader(f))
+    rows = _rows(d)
     for row in rows:
         if str(row.get("trial")) == str(trial) and row.get("arch"):
             a = row["arch"]
@@ -114,9 +142,7 @@ def trial_architecture(study_dir: str | Path, trial: int) -> "Architecture":
         raise ValueError(f"trial {trial} has no arch in {d}/pareto.json or trials.csv and there is no summary.json "
                          f"naming the study's storage (trials listed: {', '.join(known) or 'none'})")
     s = json.loads(summary.read_text())
-    import optuna
-
-    study = optuna.load_study(study_name=s["study_name"], storage=s["storage"])
+    study = _load_study(s["study_name"], str(s["storage"]))
     for t in study.get_trials(deepcopy=False):
         if t.number == trial:
             if "arch" not in t.user_attrs:
@@ -125,3 +151,25 @@ def trial_architecture(study_dir: str | Path, trial: int) -> "Architecture":
             data = dict(t.user_attrs["arch"])
             return Architecture.from_dict({**data, "name": data.get("name") or f"trial{trial}"})
     raise ValueError(f"study {s['study_name']!r} has no trial {trial} (it has {len(study.trials)} trials, 0-based)")
+
+
+def _load_study(name: str, url: str) -> Any:
+    """The Optuna study ``summary.json`` names: its journal file, or a database URL (ValueError when it cannot be
+    opened, e.g. a URL whose password summary.json hides)."""
+    import optuna
+
+    try:
+        if url.startswith("journal://"):
+            from optuna.storages import JournalStorage
+            from optuna.storages.journal import JournalFileBackend
+
+            storage: Any = JournalStorage(JournalFileBackend(url[len("journal://"):]))
+        else:
+            storage = url
+        return optuna.load_study(study_name=name, storage=storage)
+    except Exception as exc:
+        hint = " (summary.json hides the password: run export on a study dir whose rows carry arch)" if "***" in url \
+            else ""
+        raise ValueError(f"cannot open study {name!r} at {url}{hint}: {type(exc).__name__}: "
+                         f"{' '.join(str(exc).split())[:200]}") from None
+

@@ -73,3 +73,26 @@ def test_trial_from_optuna_storage(tmp_path):
     assert trial_architecture(tmp_path, 1) == MOE
     with pytest.raises(ValueError, match="no trial 7"):
         trial_architecture(tmp_path, 7)
+
+
+@pytest.mark.slow
+def test_a_search_trial_is_exported_as_the_search_served_it(tmp_path):
+    # python -m search, then co-design export --study-dir --trial: the same shape, GPU, parallelism and batch, so
+    # the predicted figures are the trial's own (here on an 8-GPU H100 node under an SLO, not the CLI's defaults)
+    from search.app import run
+    from search.compose import compose_config
+
+    from co_design.cli import main
+
+    res = run(compose_config("hardware=h100", "deployment=node8", "space=dense_tiny", "objectives=perf_only",
+                             "space.hidden=[512,512]", "space.layers=[4,4]", "deployment.weights=fp8",
+                             "deployment.activations=fp8", "tracking=off", "plots=false", "quiet=true"),
+              run_dir=tmp_path / "run")
+    row = res.summary["pareto"][0]
+    out = tmp_path / "export"
+    assert main(["export", "--study-dir", str(tmp_path / "run"), "--trial", str(row["trial"]), "--out", str(out)]) == 0
+    predicted = json.loads((out / "serving" / "predicted.json").read_text())
+    assert predicted["gpu"] == "h100" and predicted["layout"] == row["deployment"]
+    assert predicted["concurrency"] == row["batch"]
+    assert predicted["output_tokens_per_s_per_gpu"] == pytest.approx(row["tokens_per_s_per_gpu"], rel=1e-9)
+    assert Architecture.load(out / "config.json").to_dict() | {"name": ""} == row["arch"] | {"name": ""}
