@@ -10,7 +10,10 @@
   ranks) × KV bytes, divided by the Helix KV split. Under attention-DP each rank
   holds whole requests, ``batch / tp`` of them.
 * Activations: the runtime's token budget (``max_num_tokens``) times the widest
-  per-token buffers of a layer, bf16, plus fp32 logits for the batch.
+  per-token buffers of a layer, bf16, plus fp32 logits for the batch. Under
+  attention-DP the FFN/MoE of each rank receives every rank's tokens, so its
+  buffers hold ``tp`` budgets (TensorRT-LLM sizes the MoE workspace for
+  ``max_num_tokens * ep_size * top_k`` permuted rows).
 * Reserve: ``Runtime.reserve_bytes``. The KV pool gets ``kv_cache_memory_fraction``
   of what remains; the batch fits while its KV cache fits that pool.
 
@@ -90,11 +93,17 @@ def activation_bytes_per_gpu(arch: "Architecture", dep: Deployment) -> float:
     s = shards(arch, dep)
     rt = dep.runtime
     tok = rt.max_num_tokens
-    widest = max(s.q_dim + 2 * s.kv_dim, s.ffn * 2, s.shared_ffn * 2,
-                 s.expert_ffn * 2 * arch.experts_per_token, 1)
+    widest = max(s.q_dim + 2 * s.kv_dim, s.ffn * 2, 1)
+    moe_widest = max(s.shared_ffn * 2, s.expert_ffn * 2 * arch.experts_per_token) if arch.is_moe else 0
+    # under attention-DP every rank's tokens reach each rank's FFN/MoE (all-gather, or an all-to-all whose
+    # receive side is sized for the worst case): its buffers hold a_dp x max_num_tokens tokens
+    # (TensorRT-LLM sizes the MoE workspace for max_num_tokens * ep_size * top_k permuted rows)
+    ffn_tok = tok * s.a_dp
     per_token = (4 * arch.hidden + 2 * widest) * _BF16
+    moe_per_token = (4 * arch.hidden + 2 * moe_widest) * _BF16 if moe_widest else 0.0
+    dense_ffn_tok = ffn_tok if arch.moe_layers < arch.layers else tok
     logits = min(rt.max_batch, tok) * s.vocab * 4.0
-    return tok * per_token + logits
+    return max(tok * per_token, dense_ffn_tok * (4 * arch.hidden + 4 * s.ffn) * _BF16, ffn_tok * moe_per_token) + logits
 
 
 def memory_breakdown(arch: "Architecture", gpu: "GPU", dep: Deployment, batch_per_replica: float) -> MemoryBreakdown:

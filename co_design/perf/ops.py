@@ -40,9 +40,11 @@ after parallelism; see :class:`Shards`):
   binomial spread of a finite batch); ``moe_finalize``; ``shared_*`` for shared
   experts.
 * Communication: TP all-reduce after attention and FFN; with attention-DP an
-  all-to-all dispatch/combine (EP; each token sent once to each distinct rank
-  holding one of its experts, :func:`ranks_per_token`, times the busiest rank's
-  excess) or all-gather/reduce-scatter (TP FFN); Helix all-to-all of partial
+  all-gather of the tokens before the FFN/MoE and a reduce-scatter after it, or,
+  for EP over multi-node NVLink (NVL72) with ep > top_k, an all-to-all
+  dispatch/combine (each token sent once to each distinct rank holding one of
+  its experts, :func:`ranks_per_token`, times the busiest rank's excess), as
+  TensorRT-LLM 1.0 chooses; Helix all-to-all of partial
   attention outputs; PP point-to-point.
 
 Plus ``embedding``, ``final_norm``, ``lm_head`` (bf16) and ``sampling`` per step.
@@ -69,6 +71,7 @@ __all__ = ["Shards", "shards", "step_ops", "step_time", "expected_experts_touche
            "expected_max_normal", "busiest_rank_load", "busiest_rank_experts", "ranks_per_token", "attention_head_dim"]
 
 _BF16 = 2.0
+_NODE_GPUS = 8  # GPUs of one HGX node (one NVLink baseboard); a larger NVLink domain is multi-node NVLink (NVL72)
 
 
 def expected_experts_touched(experts: int, top_k: int, tokens: float) -> float:
@@ -312,7 +315,8 @@ class _Table:
         prec = math_precision(w, a, self.gpu)
         eff = (self.fp4_eff if prec == "nvfp4" else self.eff) * (self.grouped if grouped else 1.0)
         g = gemm(self.gpu, m, n, k, weights=w, activations=a, groups=groups, efficiency=eff,
-                 bandwidth_efficiency=self.bw_eff, tile_overhead_s=self.tile_oh if grouped else 0.0)
+                 bandwidth_efficiency=self.bw_eff, tile_overhead_s=self.tile_oh if grouped else 0.0,
+                 token_tiles=grouped)
         self.by_bound[g[1]] += g[0] * count
         if not self.keep:
             return
@@ -489,7 +493,12 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
         touched = busiest_rank_experts(e, k, max(1, round(tokens)), dep.ep) if tokens > 0 else 0.0
         touched_n = max(1, min(s.experts, round(touched)))
         imbalance = local / (tokens * k / dep.ep) if tokens > 0 else 1.0
-        if s.a_dp > 1 and dep.ep > 1:
+        # attention-DP MoE exchange (TensorRT-LLM 1.0, fused_moe_cutlass.select_alltoall_method_type): an
+        # all-to-all only over multi-node NVLink (MNNVL, an NVLink domain beyond one node) and only when
+        # ep > top_k; otherwise every rank all-gathers all ranks' (quantized) tokens and reduce-scatters the
+        # bf16 outputs, whatever the routing
+        a2a = s.a_dp > 1 and dep.ep > 1 and dep.ep > k and gpu.nvlink_domain > _NODE_GPUS
+        if a2a:
             # deduplicated dispatch: each token goes once to each distinct rank holding one of its experts;
             # the busiest rank receives `imbalance` x the mean
             fan = ranks_per_token(e, k, dep.ep) * imbalance
@@ -509,7 +518,7 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
             t.gemm("shared_gate_up", tokens, n_sh, h, count, w=w, a=a)
             t.mem("shared_activation", tokens * (n_sh * _BF16 + s.shared_ffn * ab), count)
             t.gemm("shared_down", tokens, h, s.shared_ffn, count, w=w, a=a)
-        if s.a_dp > 1 and dep.ep > 1:
+        if a2a:
             fan = ranks_per_token(e, k, dep.ep) * imbalance
             t.comm("moe_combine_all_to_all", "all_to_all", t_attn * fan * h * _BF16, tp, count)
         elif s.a_dp > 1:

@@ -111,7 +111,7 @@ class GemmCost(tuple):
 
 def gemm(gpu: "GPU", m: int, n: int, k: int, *, weights: str, activations: str, groups: int = 1,
          out_bytes_per_element: float = 2.0, split_k: bool = True, efficiency: float = 1.0,
-         bandwidth_efficiency: float = 1.0, tile_overhead_s: float = 0.0) -> GemmCost:
+         bandwidth_efficiency: float = 1.0, tile_overhead_s: float = 0.0, token_tiles: bool = False) -> GemmCost:
     """Time of ``groups`` independent (m×k)·(k×n) GEMMs run as one (grouped) kernel on one GPU.
 
     * FLOPs (useful) = 2·m·n·k·groups.
@@ -129,7 +129,15 @@ def gemm(gpu: "GPU", m: int, n: int, k: int, *, weights: str, activations: str, 
 
       Tiles of fewer than 64 rows are swap-AB kernels (the few tokens on the
       MMA's N side): candidates only when M fits in one of them, since their
-      operand reuse is poor. Tiles pad m and n (tile quantization) and K pads to ``gpu.k_tile_bytes`` of
+      operand reuse is poor.
+    * ``token_tiles`` (grouped MoE expert GEMMs): the MoE kernels also offer a
+      tile with each group's tokens on the MMA's N side, ``tile_tokens_dim`` =
+      tokens per expert rounded up to a power of two, clamped to 8-128, and the
+      weights on the full-rate 128-row side (TensorRT-LLM
+      ``fused_moe_trtllm_gen.calculate_tile_tokens_dim``; TensorRT-LLM's sm90
+      MoE GEMMs likewise run CTA shapes 128 x {16..256}), so m = 36 tokens pay
+      a 64-token tile at the full rate, not a half-rate 64-row or a 128-row tile.
+    * Tiles pad m and n (tile quantization) and K pads to ``gpu.k_tile_bytes`` of
       the math format. A tile of rate r runs at ``r × peak[math_precision] ×
       gemm_efficiency × efficiency / sms`` FLOP/s per SM.
     * Tile latency: every tile an SM runs adds ``tile_overhead_s`` after the
@@ -145,7 +153,7 @@ def gemm(gpu: "GPU", m: int, n: int, k: int, *, weights: str, activations: str, 
     if m <= 0 or n <= 0 or k <= 0 or groups <= 0:
         return GemmCost((0.0, "memory", 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, (0, 0, 0)))
     return _gemm_cached(gpu, m, n, k, weights, activations, groups, out_bytes_per_element, split_k, efficiency,
-                        bandwidth_efficiency, tile_overhead_s)
+                        bandwidth_efficiency, tile_overhead_s, token_tiles)
 
 
 @lru_cache(maxsize=256)
@@ -156,7 +164,8 @@ def _tiles(gpu: "GPU") -> tuple[tuple[int, int, int, int, float], ...]:
 
 @lru_cache(maxsize=1 << 17)
 def _gemm_cached(gpu: "GPU", m: int, n: int, k: int, weights: str, activations: str, groups: int,
-                 out_b: float, split_k: bool, eff: float, bw_eff: float, tile_oh: float) -> GemmCost:
+                 out_b: float, split_k: bool, eff: float, bw_eff: float, tile_oh: float,
+                 token_tiles: bool = False) -> GemmCost:
     prec = math_precision(weights, activations, gpu)
     wb, ab = BYTES_PER_ELEMENT[weights], BYTES_PER_ELEMENT[activations]
     rate_per_sm = gpu.peak_flops_per_s[prec] * gpu.gemm_efficiency * eff / gpu.sms  # FLOP/s per SM at rate 1
@@ -169,7 +178,10 @@ def _gemm_cached(gpu: "GPU", m: int, n: int, k: int, weights: str, activations: 
     base_bytes = groups * (n * k * wb + m * k * ab + m * n * out_b)
     base_memory_s = base_bytes / bw
     best = None
-    for tm, tn, spt, per_wave, rate in _tiles(gpu):
+    tiles_list = _tiles(gpu)
+    if token_tiles:  # tokens on the N side: a power of two of 8..128 tokens by 128 weight rows, full rate
+        tiles_list = tiles_list + ((min(128, max(8, 1 << (m - 1).bit_length())), 128, 1, max(1, gpu.sms), 1.0),)
+    for tm, tn, spt, per_wave, rate in tiles_list:
         if tm < _SWAP_AB_MAX_ROWS and m > tm:
             continue  # a swap-AB tile (tokens on the MMA's N side) serves a GEMM whose M fits in one tile
         tiles = -(-m // tm) * -(-n // tn) * groups  # tile quantization

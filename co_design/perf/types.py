@@ -78,15 +78,15 @@ class Runtime:
     max_num_tokens: int = 8192
     kv_cache_memory_fraction: float = 0.9
     reserve_bytes: float = 3.0 * 2**30
-    compute_efficiency: float = 0.8
-    nvfp4_compute_efficiency: float = 0.5
-    bandwidth_efficiency: float = 0.7
+    compute_efficiency: float = 1.0
+    nvfp4_compute_efficiency: float = 0.7
+    bandwidth_efficiency: float = 1.0
     grouped_gemm_efficiency: float = 0.3
-    attention_efficiency: float = 1.0
+    attention_efficiency: float = 0.6
     expert_tile_overhead_s: float = 12e-6
-    collective_efficiency: float = 0.7
+    collective_efficiency: float = 0.5
     iteration_overhead_s: float = 0.0
-    request_overhead_s: float = 2.5e-6
+    request_overhead_s: float = 5e-6
     moe_expert_load_cv: float = 1.28
 
     def __post_init__(self) -> None:

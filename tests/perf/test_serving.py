@@ -8,7 +8,7 @@ from co_design.arch import MLA, Architecture
 from co_design.hardware import get_gpu, list_gpus
 from co_design.perf import (SLO, Deployment, Prediction, Runtime, max_throughput, parallelisms, pareto, predict,
                             shape_advice)
-from co_design.perf.memory import kv_bytes_per_request, weights_bytes_per_gpu
+from co_design.perf.memory import activation_bytes_per_gpu, kv_bytes_per_request, weights_bytes_per_gpu
 from co_design.perf.ops import step_ops, step_time
 
 SMALL = Architecture(hidden=2048, layers=4, heads=16, kv_heads=4, ffn=8192, vocab=32000, name="small")
@@ -192,7 +192,13 @@ def test_attention_dp_and_ep_change_communication():
     tp = {o.name for o in predict(MOE, "b200", base).ops}
     dep = {o.name for o in predict(MOE, "b200", base.replace(ep=4, attention_dp=True)).ops}
     assert "attn_all_reduce" in tp and "attn_all_reduce" not in dep
-    assert "moe_dispatch_all_to_all" in dep
+    # TensorRT-LLM 1.0: on an 8-GPU HGX node attention-DP MoE all-gathers the tokens and reduce-scatters the
+    # outputs; the deduplicated all-to-all needs multi-node NVLink (NVL72) and ep > top_k
+    assert {"ffn_all_gather", "ffn_reduce_scatter"} <= dep and "moe_dispatch_all_to_all" not in dep
+    nvl = {o.name for o in predict(MOE, "gb200", base.replace(tp=8, gpus=8, ep=8, attention_dp=True)).ops}
+    assert {"moe_dispatch_all_to_all", "moe_combine_all_to_all"} <= nvl and "ffn_all_gather" not in nvl
+    top_k_ge_ep = {o.name for o in predict(MOE, "gb200", base.replace(ep=4, attention_dp=True)).ops}  # top-4, EP 4
+    assert "moe_dispatch_all_to_all" not in top_k_ge_ep and "ffn_all_gather" in top_k_ge_ep
 
 
 def test_helix_splits_kv_per_gpu():
@@ -457,3 +463,13 @@ def test_unsupported_head_dim_runs_padded_and_says_so():
     flops = lambda p: sum(o.flops for o in p.ops if o.name == "attention_prefill")  # noqa: E731
     # the math runs at 96 either way; the padded model pays it without having the width
     assert flops(p_odd) == pytest.approx(flops(p_even))
+
+
+def test_attention_dp_moe_buffers_hold_every_ranks_tokens():
+    # MOE: hidden 2048, 64 experts of 768, top-4. TP4 EP4: each expert whole on its rank (768 wide)
+    tp = Deployment(tp=4, ep=4, isl=1000, osl=1000)
+    moe_row = (4 * 2048 + 2 * (768 * 2 * 4)) * 2.0  # bytes per token of the MoE buffers (bf16)
+    logits = 2048 * (32000 // 4) * 4.0  # min(max_batch, max_num_tokens) fp32 logits of a vocab shard
+    assert activation_bytes_per_gpu(MOE, tp) == 8192 * moe_row + logits
+    # attention-DP: the MoE of each rank receives all four ranks' tokens (TensorRT-LLM all-gather)
+    assert activation_bytes_per_gpu(MOE, tp.replace(attention_dp=True)) == 4 * 8192 * moe_row + logits
