@@ -5,22 +5,15 @@ end, and without a CUDA device the script refuses with exit status 2."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
-from co_design.hardware import GPU, HARDWARE_PATH_ENV, get_gpu, load_gpu
+import calibrate_gpu as cg  # benchmarks/ is on pytest's pythonpath (pyproject.toml)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("calibrate_gpu", REPO_ROOT / "benchmarks" / "calibrate_gpu.py")
-assert _spec is not None and _spec.loader is not None
-cg = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = cg  # dataclasses look their module up there
-_spec.loader.exec_module(cg)
+from co_design.hardware import GPU, HARDWARE_PATH_ENV, get_gpu, load_gpu
 
 # the "true" GPU behind the synthetic measurements: every fitted field moved away from the catalog's
 TRUTH = dict(gemm_efficiency=0.6, memory_efficiency=0.7, kernel_overhead_s=5e-6, attention_efficiency=0.5,

@@ -4,18 +4,9 @@ duplicates nothing (slow)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("load_test", REPO_ROOT / "benchmarks" / "load_test.py")
-assert _spec is not None and _spec.loader is not None
-lt = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = lt  # dataclasses look their module up there
-_spec.loader.exec_module(lt)
+import load_test as lt  # benchmarks/ is on pytest's pythonpath (pyproject.toml)
 
 T = lt.TrialRecord
 

@@ -3,19 +3,12 @@ on hand-computed cases, and one tiny end-to-end run (slow)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("search_efficiency", REPO_ROOT / "benchmarks" / "search_efficiency.py")
-assert _spec is not None and _spec.loader is not None
-se = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = se  # dataclasses look their module up there
-_spec.loader.exec_module(se)
+import search_efficiency as se  # benchmarks/ is on pytest's pythonpath (pyproject.toml)
 
 MIN_MAX = ["minimize", "maximize"]
 
