@@ -2,6 +2,7 @@
 gives the same Architecture (the inverse of co_design.readers.hf)."""
 
 import pytest
+import transformers  # the test extra
 
 from co_design import Architecture, ArchitectureError
 from co_design.export import hf_config, hf_extra_params, hf_family
@@ -31,7 +32,6 @@ def test_families():
 
 @pytest.mark.parametrize("arch", SHAPES, ids=lambda a: f"{a.name}-{a.layers}")
 def test_transformers_builds_it_with_the_predicted_parameter_count(arch):
-    transformers = pytest.importorskip("transformers")
     cfg = transformers.AutoConfig.for_model(**hf_config(arch))
     assert cfg.hidden_size == arch.hidden and cfg.num_hidden_layers == arch.layers
     assert cfg.rope_parameters["rope_theta"] == arch.rope_theta
@@ -45,7 +45,6 @@ def test_transformers_builds_it_with_the_predicted_parameter_count(arch):
 
 def test_full_size_model_at_one_layer():
     """A Llama-3.1-8B-sized export, built at depth 1 with a small vocabulary (the layer's count is exact)."""
-    transformers = pytest.importorskip("transformers")
     full = Architecture(hidden=4096, layers=32, heads=32, kv_heads=8, ffn=14336, vocab=128256, rope_theta=500000.0)
     small = full.replace(layers=1, vocab=256)
     cfg = dict(hf_config(full), num_hidden_layers=1, vocab_size=256)

@@ -6,11 +6,11 @@ import warnings
 
 import pytest
 import torch
+import transformers as T  # the test extra
 from torch import nn
 
 from co_design.quant import QuantConfig, dequantize_model, fake_quantize_nvfp4, quantization_coverage, quantize_model
 
-T = pytest.importorskip("transformers")
 COMMON = dict(hidden_size=64, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
               vocab_size=128, num_experts_per_tok=2)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import transformers  # the test extra
 
 from co_design.arch import Architecture, ArchitectureError
 from co_design.cli import main
@@ -42,9 +43,6 @@ def test_deepseek_reads_num_local_experts_alias():
                intermediate_size=128, moe_intermediate_size=32, num_local_experts=8, num_experts_per_tok=2,
                vocab_size=128, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16)
     assert architecture_from_hf(cfg).experts == 8
-
-
-transformers = pytest.importorskip("transformers")
 
 
 def test_transformers5_config_objects_and_files(tmp_path, capsys):
