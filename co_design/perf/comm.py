@@ -35,14 +35,15 @@ def link_bytes_per_s(gpu: "GPU", n: int, efficiency: float = 1.0) -> float:
 
 
 def collective_time_s(kind: str, nbytes: float, n: int, gpu: "GPU", *, span: int | None = None,
-                      efficiency: float = 1.0) -> float:
+                      efficiency: float = 1.0, overhead_s: float = 0.0) -> float:
     """Seconds for collective ``kind`` of ``nbytes`` (see module docstring) among ``n`` GPUs.
 
     ``span``: GPUs the communicating group is placed across (default ``n``); the
     link is NVLink when ``span`` fits in one NVLink domain, else scale-out. A
     pipeline-stage send between 2 GPUs of a ``tp x pp`` replica larger than the
     domain crosses domains at some stage boundary: ``n=2, span=tp*pp``.
-    ``efficiency``: fraction of the GPU's collective bandwidth the runtime reaches.
+    ``efficiency``: fraction of the GPU's collective bandwidth the runtime reaches;
+    ``overhead_s``: the runtime's own seconds per call on top of the link latency.
     """
     if kind not in COLLECTIVES:  # checked first: a typo must not pass silently when n == 1
         raise ValueError(f"unknown collective {kind!r}; use one of {COLLECTIVES}")
@@ -50,6 +51,6 @@ def collective_time_s(kind: str, nbytes: float, n: int, gpu: "GPU", *, span: int
         return 0.0
     bw = link_bytes_per_s(gpu, n if span is None else max(n, span), efficiency)
     if kind == "p2p":
-        return gpu.collective_latency_s + nbytes / bw
+        return gpu.collective_latency_s + overhead_s + nbytes / bw
     factor = _FACTOR[kind]
-    return gpu.collective_latency_s + factor * (n - 1) / n * nbytes / bw
+    return gpu.collective_latency_s + overhead_s + factor * (n - 1) / n * nbytes / bw

@@ -8,7 +8,8 @@ full or windowed attention) are costed once and multiplied by their count, so
 a 126-layer model costs no more than a 1-layer one.
 
 The op list is that of a CUDA-graph, fused runtime (TensorRT-LLM): every row is
-a kernel that runs, and a kernel pays ``gpu.kernel_overhead_s`` once. Work that
+a kernel that runs, and a kernel pays ``gpu.kernel_overhead_s`` plus the runtime's
+``kernel_gap_s`` once (a collective: ``gpu.collective_latency_s`` plus ``collective_overhead_s``). Work that
 such a runtime fuses into a neighbour keeps its bytes and drops its launch: the
 RMSNorm (+ residual + quantize) rides the all-reduce before it when there is one
 (TP); RoPE and the KV-cache write of decode tokens run inside the decode attention
@@ -304,6 +305,8 @@ class _Table:
         self.grouped, self.coll = runtime.grouped_gemm_efficiency, runtime.collective_efficiency
         self.attn, self.fp4_eff = runtime.attention_efficiency, runtime.nvfp4_compute_efficiency
         self.tile_oh = runtime.expert_tile_overhead_s
+        self.kernel_oh = gpu.kernel_overhead_s + runtime.kernel_gap_s  # seconds per kernel launched
+        self.coll_oh = runtime.collective_overhead_s
         self.bw = gpu.hbm_bytes_per_s * gpu.memory_efficiency * self.bw_eff
         self.by_bound = {"compute": 0.0, "memory": 0.0, "communication": 0.0}
 
@@ -316,7 +319,7 @@ class _Table:
         eff = (self.fp4_eff if prec == "nvfp4" else self.eff) * (self.grouped if grouped else 1.0)
         g = gemm(self.gpu, m, n, k, weights=w, activations=a, groups=groups, efficiency=eff,
                  bandwidth_efficiency=self.bw_eff, tile_overhead_s=self.tile_oh if grouped else 0.0,
-                 token_tiles=grouped)
+                 token_tiles=grouped, kernel_overhead_s=self.kernel_oh)
         self.by_bound[g[1]] += g[0] * count
         if not self.keep:
             return
@@ -330,7 +333,7 @@ class _Table:
         neighbouring kernel (its bytes stay, its kernel overhead does not)."""
         if nbytes <= 0 or count <= 0:
             return
-        t, bound = roofline(0.0, nbytes / self.bw, 0.0 if fused else self.gpu.kernel_overhead_s)
+        t, bound = roofline(0.0, nbytes / self.bw, 0.0 if fused else self.kernel_oh)
         self.by_bound[bound] += t * count
         if self.keep:
             self.rows.append(OpCost(name, self.phase, "elementwise", count, t * count, flops * count, nbytes * count,
@@ -341,7 +344,7 @@ class _Table:
             return
         peak = self.gpu.peak_flops_per_s[prec]
         compute_s = flops / (peak * self.gpu.attention_efficiency * self.eff * self.attn)
-        t, bound = roofline(compute_s, nbytes / (self.bw * self.attn), self.gpu.kernel_overhead_s)
+        t, bound = roofline(compute_s, nbytes / (self.bw * self.attn), self.kernel_oh)
         self.by_bound[bound] += t * count
         if self.keep:
             frac = flops / t / peak if bound == "compute" else nbytes / t / self.gpu.hbm_bytes_per_s
@@ -349,7 +352,7 @@ class _Table:
                                     bound, prec, achieved_fraction=frac))
 
     def comm(self, name: str, kind: str, nbytes: float, n: int, count: float, span: int | None = None) -> None:
-        t = collective_time_s(kind, nbytes, n, self.gpu, span=span, efficiency=self.coll)
+        t = collective_time_s(kind, nbytes, n, self.gpu, span=span, efficiency=self.coll, overhead_s=self.coll_oh)
         if t <= 0 or count <= 0:
             return
         self.by_bound["communication"] += t * count

@@ -111,7 +111,8 @@ class GemmCost(tuple):
 
 def gemm(gpu: "GPU", m: int, n: int, k: int, *, weights: str, activations: str, groups: int = 1,
          out_bytes_per_element: float = 2.0, split_k: bool = True, efficiency: float = 1.0,
-         bandwidth_efficiency: float = 1.0, tile_overhead_s: float = 0.0, token_tiles: bool = False) -> GemmCost:
+         bandwidth_efficiency: float = 1.0, tile_overhead_s: float = 0.0, token_tiles: bool = False,
+         kernel_overhead_s: float | None = None) -> GemmCost:
     """Time of ``groups`` independent (m×k)·(k×n) GEMMs run as one (grouped) kernel on one GPU.
 
     * FLOPs (useful) = 2·m·n·k·groups.
@@ -148,12 +149,14 @@ def gemm(gpu: "GPU", m: int, n: int, k: int, *, weights: str, activations: str, 
       activation format, outputs m·n·groups at ``out_bytes_per_element``, each
       moved once (L2 absorbs re-reads), at ``hbm_bytes_per_s × memory_efficiency
       × bandwidth_efficiency``.
-    * Plus ``gpu.kernel_overhead_s``; combined by :func:`roofline`.
+    * Plus ``kernel_overhead_s`` seconds per kernel (default ``gpu.kernel_overhead_s``,
+      an isolated kernel's; a serving step adds its runtime's gap); combined by :func:`roofline`.
     """
     if m <= 0 or n <= 0 or k <= 0 or groups <= 0:
         return GemmCost((0.0, "memory", 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, (0, 0, 0)))
     return _gemm_cached(gpu, m, n, k, weights, activations, groups, out_bytes_per_element, split_k, efficiency,
-                        bandwidth_efficiency, tile_overhead_s, token_tiles)
+                        bandwidth_efficiency, tile_overhead_s, token_tiles,
+                        gpu.kernel_overhead_s if kernel_overhead_s is None else kernel_overhead_s)
 
 
 @lru_cache(maxsize=256)
@@ -165,7 +168,7 @@ def _tiles(gpu: "GPU") -> tuple[tuple[int, int, int, int, float], ...]:
 @lru_cache(maxsize=1 << 17)
 def _gemm_cached(gpu: "GPU", m: int, n: int, k: int, weights: str, activations: str, groups: int,
                  out_b: float, split_k: bool, eff: float, bw_eff: float, tile_oh: float,
-                 token_tiles: bool = False) -> GemmCost:
+                 token_tiles: bool, kernel_oh: float) -> GemmCost:
     prec = math_precision(weights, activations, gpu)
     wb, ab = BYTES_PER_ELEMENT[weights], BYTES_PER_ELEMENT[activations]
     rate_per_sm = gpu.peak_flops_per_s[prec] * gpu.gemm_efficiency * eff / gpu.sms  # FLOP/s per SM at rate 1
@@ -216,5 +219,5 @@ def _gemm_cached(gpu: "GPU", m: int, n: int, k: int, weights: str, activations: 
             if key < best[0]:
                 best = (key, c, mem, nbytes, t_eff, tiles * k_iters / (per_worker * per_wave), (tm, tn, 0), lat)
     _, compute_s, memory_s, nbytes, t_eff, w_eff, tile, lat = best
-    time_s, bound = roofline(compute_s, memory_s, gpu.kernel_overhead_s + lat)
+    time_s, bound = roofline(compute_s, memory_s, kernel_oh + lat)
     return GemmCost((time_s, bound, flops, nbytes, t_eff, w_eff, compute_s, memory_s, tile))

@@ -35,7 +35,8 @@ class Runtime:
     * ``reserve_bytes``: CUDA context, library workspaces, CUDA graphs, per GPU.
 
     Efficiencies and overheads, each a separate physical quantity, fitted on the
-    training folds of the published serving rows (``benchmarks/validate_perf.py``;
+    training folds of the published serving rows: max-throughput rows and, weighing
+    as much, low-concurrency decode-latency rows (``benchmarks/validate_perf.py``;
     values and their spread across folds in ``benchmarks/results/validation.md``).
     Set the fractions to 1 and the overheads to 0 for an idealized runtime:
 
@@ -58,6 +59,14 @@ class Runtime:
       few tokens each pay it on little work.
     * ``collective_efficiency``: fraction of the GPU's collective bus bandwidth
       (``collective_efficiency`` of the GPU) reached by the runtime's collectives.
+    * ``kernel_gap_s``: seconds each kernel of a serving step costs beyond the
+      GPU's isolated-kernel overhead (``kernel_overhead_s``, a microbenchmark
+      figure): the wait on the previous kernel's tail and the dependency hand-off
+      inside a CUDA graph. Negligible beside long kernels; at batch 1 a step runs
+      hundreds of microsecond-scale kernels, so it sets small-batch latency.
+    * ``collective_overhead_s``: seconds each collective call costs beyond the
+      GPU's link latency (``collective_latency_s``): the runtime's synchronization
+      (flag barriers of a one-shot all-reduce) and the norm fused into it.
     * ``iteration_overhead_s``: host-side scheduling time per iteration not hidden
       behind GPU work.
     * ``request_overhead_s``: host time per request in flight per iteration
@@ -85,6 +94,8 @@ class Runtime:
     attention_efficiency: float = 0.6
     expert_tile_overhead_s: float = 12e-6
     collective_efficiency: float = 0.5
+    kernel_gap_s: float = 0.0
+    collective_overhead_s: float = 0.0
     iteration_overhead_s: float = 0.0
     request_overhead_s: float = 5e-6
     moe_expert_load_cv: float = 1.28
@@ -95,7 +106,7 @@ class Runtime:
         if not 0 < self.kv_cache_memory_fraction <= 1:
             raise ValueError(f"Runtime.kv_cache_memory_fraction must be in (0, 1], got {self.kv_cache_memory_fraction}")
         for name in ("reserve_bytes", "iteration_overhead_s", "request_overhead_s", "moe_expert_load_cv",
-                     "expert_tile_overhead_s"):
+                     "expert_tile_overhead_s", "kernel_gap_s", "collective_overhead_s"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"Runtime.{name} must be >= 0, got {getattr(self, name)}")
         for name in ("compute_efficiency", "nvfp4_compute_efficiency", "bandwidth_efficiency", "grouped_gemm_efficiency", "attention_efficiency",

@@ -376,6 +376,31 @@ def test_pipeline_send_crosses_nvlink_domain_when_the_replica_spans_two():
         assert op.time_s == pytest.approx(g.collective_latency_s + nbytes / (link * eff))
 
 
+def test_kernel_gap_and_collective_overhead_are_paid_once_per_kernel_and_per_collective():
+    # every kernel row of the step pays kernel_gap_s once (count = instances); every collective,
+    # collective_overhead_s once; fused rows (norms riding an all-reduce) pay neither
+    g = get_gpu("h100")
+    d = Deployment(tp=2, weights="fp8", activations="fp8")
+    kw = dict(decode=1, context=1000, prefill_tokens=0, prefill_len=1000)
+    gap, coll = 4e-6, 7e-6
+    base = {o.name: o for o in step_ops(BIG, g, d, **kw)}
+    slow = {o.name: o for o in step_ops(BIG, g, d.replace(runtime=Runtime(kernel_gap_s=gap,
+                                                                           collective_overhead_s=coll)), **kw)}
+    assert base.keys() == slow.keys()
+    for name, o in base.items():
+        extra = slow[name].time_s - o.time_s
+        if o.kind == "communication":
+            assert extra == pytest.approx(coll * o.count), name
+        elif name in ("attn_norm", "ffn_norm", "final_norm"):  # fused into the TP all-reduce before them
+            assert extra == pytest.approx(0.0, abs=1e-12), name
+        else:
+            assert extra == pytest.approx(gap * o.count), name
+    with pytest.raises(ValueError, match="kernel_gap_s"):
+        Runtime(kernel_gap_s=-1e-6)
+    with pytest.raises(ValueError, match="collective_overhead_s"):
+        Runtime(collective_overhead_s=-1e-6)
+
+
 def test_concurrency_beyond_runtime_max_batch_is_flagged():
     d = Deployment(isl=64, osl=64, concurrency=40, runtime=Runtime(max_batch=32))
     assert any("max_batch=32" in n for n in predict(SMALL, "b200", d).notes)
