@@ -5,6 +5,9 @@ Data (in the repository, each row with its source):
 * dev set, ``benchmarks/data/published_serving.json``: 210 TensorRT-LLM perf-overview offline
   max-throughput rows (v1.0-era) and 10 MLPerf Inference v5.0 rows. The runtime's fitted
   parameters (:data:`CALIBRATED`) are fitted on perf-overview rows only.
+* dev set, ``benchmarks/data/published_low_concurrency.json``: published decode latency at concurrency
+  1-64, fitted beside the max-throughput rows (the two kinds weigh equally): they alone pin the per-kernel
+  and per-collective latencies that set small-batch TPOT.
 * test set, ``benchmarks/data/published_latency.json``: rows never used in any fit -- low-concurrency
   latency (NIM, vLLM, TensorRT-LLM DeepSeek-R1 min-latency), 16-bit vs FP8 pairs on H100 (TensorRT-LLM
   v0.13 perf-overview), DeepSeek-R1 (MLA) throughput. Speculative-decoding rows are listed, not scored.
@@ -59,6 +62,7 @@ from co_design.perf import SLO, Deployment, Runtime, max_throughput, predict
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data" / "published_serving.json"
 TEST_DATA = ROOT / "benchmarks" / "data" / "published_latency.json"
+LOW_DATA = ROOT / "benchmarks" / "data" / "published_low_concurrency.json"
 AIC = ROOT / "benchmarks" / "results" / "aiconfigurator_published.json"
 
 # MLPerf assumptions (same as benchmarks/aiconfigurator_baseline.py, for a like-for-like comparison)
@@ -83,14 +87,19 @@ CALIBRATED: dict[str, tuple[str, list[float]]] = {
     "expert_tile_overhead_s": ("seconds per grouped expert-GEMM output tile beyond its main loop",
                              [0.0, 1e-6, 2e-6, 4e-6, 8e-6, 12e-6, 16e-6]),
     "collective_efficiency": ("fraction of the GPU's collective bus bandwidth reached",
-                              [0.3, 0.5, 0.7, 1.0]),
+                              [0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]),
+    "kernel_gap_s": ("seconds per kernel of a serving step beyond the GPU's isolated-kernel overhead",
+                     [0.0, 1e-6, 2e-6, 3e-6, 4e-6, 6e-6, 8e-6]),
+    "collective_overhead_s": ("seconds per collective call beyond the GPU's link latency",
+                              [0.0, 2.5e-6, 5e-6, 10e-6, 15e-6, 20e-6, 30e-6, 40e-6, 60e-6]),
     "request_overhead_s": ("host seconds per request in flight per iteration",
                            [0.0, 2.5e-6, 5e-6, 7.5e-6, 10e-6, 15e-6]),
     "iteration_overhead_s": ("host seconds per iteration", [0.0, 0.5e-3, 1e-3, 2e-3, 4e-3]),
 }
 # where every fold's descent starts: an idealized runtime, so nothing fitted on test rows leaks in
 NEUTRAL = {"compute_efficiency": 1.0, "nvfp4_compute_efficiency": 1.0, "bandwidth_efficiency": 1.0, "grouped_gemm_efficiency": 1.0,
-           "attention_efficiency": 1.0, "expert_tile_overhead_s": 0.0, "collective_efficiency": 1.0, "request_overhead_s": 0.0, "iteration_overhead_s": 0.0}
+           "attention_efficiency": 1.0, "expert_tile_overhead_s": 0.0, "collective_efficiency": 1.0, "request_overhead_s": 0.0, "iteration_overhead_s": 0.0,
+           "kernel_gap_s": 0.0, "collective_overhead_s": 0.0}
 
 
 # ----------------------------------------------------------------------------- rows -> model inputs
@@ -120,7 +129,7 @@ def precision_of(row: dict[str, Any]) -> tuple[str, str, str]:
     """(weights, activations, kv_cache) formats of a row."""
     p = row["precision"]
     w = (p.get("weights") or "").lower()
-    kv = (p.get("kv_cache") or "").lower()
+    kv = (p.get("kv_cache") or "").lower().split(" ")[0]  # "BF16 (engine default; not printed)" -> "bf16"
     if w in ("fp16", "bf16"):
         fmt = ("bf16", "bf16")  # FP16 runs at the BF16 rate and size
     elif "fp4" in w or (not w and row["hardware"] in ("B200", "GB200")):
@@ -152,6 +161,19 @@ def measured_per_gpu(row: dict[str, Any]) -> float | None:
     for key in ("tokens_per_s_system", "output_tokens_per_s_total", "output_tokens_per_s_total_derived"):
         if m.get(key):
             return float(m[key]) / row["num_gpus"]
+    return None
+
+
+def latency_target(row: dict[str, Any]) -> tuple[str, float] | None:
+    """The published latency of a row measured at a given concurrency: ``("tpot_ms", ms)`` from its mean TPOT,
+    else its ITL, else its per-user output rate, else ``("e2e_ms", ms)`` from a request's end-to-end latency; None if neither."""
+    m = row["metrics"]
+    tpot = m.get("tpot_ms") or m.get("itl_ms") or (
+        1e3 / m["output_tokens_per_s_per_user"] if m.get("output_tokens_per_s_per_user") else None)
+    if tpot:
+        return "tpot_ms", float(tpot)
+    if m.get("e2e_latency_ms"):
+        return "e2e_ms", float(m["e2e_latency_ms"])
     return None
 
 
@@ -205,6 +227,11 @@ def predict_row(row: dict[str, Any], runtime: Runtime) -> dict[str, Any]:
         d = best.deployment
         out.update(predicted=best.output_tokens_per_s_per_gpu, batch=best.batch, mapping=d.label, bound=best.bound,
                    tpot_ms=best.tpot_s * 1e3, ttft_ms=best.ttft_s * 1e3, isl=d.isl, osl=d.osl)
+    target = latency_target(row) if row.get("concurrency") else None
+    if target:  # a latency row: compared on its published latency, not on throughput
+        kind, value = target
+        out.update(latency_metric=kind, latency_measured=value, latency_predicted=None if best is None else (
+            out["tpot_ms"] if kind == "tpot_ms" else out["ttft_ms"] + (d.osl - 1) * out["tpot_ms"]))
     return out
 
 
@@ -291,15 +318,25 @@ def log_error(pairs: list[tuple[float | None, float]]) -> float:
     return statistics.fmean(abs(math.log(p / m)) if p else math.log(10.0) for p, m in pairs)
 
 
-def fit(predictor: Predictor, rows: list[dict[str, Any]], rounds: int = 3, log: str = "") -> dict[str, float]:
-    """Coordinate descent of :data:`CALIBRATED` minimizing :func:`log_error` on ``rows``, from two starts (an
-    idealized runtime, :data:`NEUTRAL`, and the middle of every grid); the better end point wins."""
+def fit_error(results: list[dict[str, Any]]) -> float:
+    """The fit's objective over predicted rows: :func:`log_error` of the max-throughput rows (tokens/s per GPU)
+    and of the latency rows (their published TPOT or end-to-end latency), the two kinds weighted equally, so
+    a few low-concurrency rows are not drowned by two hundred max-load ones."""
+    groups = [[(r["latency_predicted"], r["latency_measured"]) for r in results if "latency_measured" in r],
+              [(r["predicted"], r["measured"]) for r in results if "latency_measured" not in r]]
+    return statistics.fmean(log_error(g) for g in groups if g)
+
+
+def fit(predictor: Predictor, rows: list[dict[str, Any]], rounds: int = 8, log: str = "") -> dict[str, float]:
+    """Coordinate descent of :data:`CALIBRATED` minimizing :func:`fit_error` on ``rows``, from two starts (an
+    idealized runtime, :data:`NEUTRAL`, and the middle of every grid), each until a round moves no parameter
+    (at most ``rounds``); the better end point wins."""
     cache: dict[tuple, float] = {}
 
     def err(p: dict[str, float]) -> float:
         key = tuple(sorted(p.items()))
         if key not in cache:
-            cache[key] = log_error([(r["predicted"], r["measured"]) for r in predictor(rows, p)])
+            cache[key] = fit_error(predictor(rows, p))
         return cache[key]
 
     ends = []
@@ -331,7 +368,7 @@ def score_test_set(rows: list[dict[str, Any]], predictor: Predictor, params: dic
             item = {"id": r["id"], "model": r["model"], "gpu": f"{r['hardware']} x{r['num_gpus']}",
                     "mapping": p.get("mapping"), "isl/osl": f"{r['isl']}/{r['osl']}", "concurrency": r["concurrency"],
                     "pred_tpot_ms": p["tpot_ms"], "pred_ttft_ms": p["ttft_ms"]}
-            tpot = m.get("itl_ms") or m.get("tpot_ms") or (
+            tpot = m.get("tpot_ms") or m.get("itl_ms") or (
                 1e3 / m["output_tokens_per_s_per_user"] if m.get("output_tokens_per_s_per_user") else None)
             if tpot:
                 item["meas_tpot_ms"] = tpot
@@ -361,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=str(DATA))
     ap.add_argument("--test-data", default=str(TEST_DATA))
+    ap.add_argument("--low-data", default=str(LOW_DATA), help="published low-concurrency latency rows, fitted")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--quick", action="store_true", help="product defaults only: no fits, no held-out figures")
@@ -369,18 +407,20 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rows = json.loads(Path(args.data).read_text())
     test_rows = json.loads(Path(args.test_data).read_text()) if Path(args.test_data).exists() else []
+    low = [r for r in (json.loads(Path(args.low_data).read_text()) if Path(args.low_data).exists() else [])
+           if r.get("fit") and not r.get("speculative_decoding") and r.get("isl") and r.get("osl") and latency_target(r)]
     dev = [r for r in rows if not is_mlperf(r)]
     by_id = {r["id"]: r for r in rows}
     predictor = Predictor(args.jobs)
     if args.fit_only:
-        fit(predictor, dev, log="all perf-overview rows")
+        fit(predictor, dev + low, log="all perf-overview and low-concurrency rows")
         predictor.close()
         return 0
     runtime = Runtime()
     defaults = {k: getattr(runtime, k) for k in CALIBRATED}
     fitted_all = None
     if not args.quick:
-        fitted_all = fit(predictor, dev, log="all perf-overview rows (product defaults)")
+        fitted_all = fit(predictor, dev + low, log="all perf-overview and low-concurrency rows (product defaults)")
         if fitted_all != defaults:
             print(f"WARNING: Runtime() defaults {defaults} differ from the fit on all dev rows {fitted_all}; "
                   "this report uses the fit -- set them in co_design/perf/types.py", flush=True)
@@ -412,13 +452,16 @@ def main(argv: list[str] | None = None) -> int:
     fold_params: dict[str, dict[str, float]] = {}
     conc_lomo = None
     lomo_pred: dict[str, float | None] = {}
+    low_lomo: dict[str, dict[str, Any]] = {}
     if not args.quick:
         report["fitted_on_all_dev_rows"] = fitted_all
-        for m in sorted({r["model"] for r in dev}):
-            params = fit(predictor, [r for r in dev if r["model"] != m], log=f"without {m}")
+        for m in sorted({r["model"] for r in dev}):  # a low-concurrency row's model without dev rows: no fold
+            params = fit(predictor, [r for r in dev + low if r["model"] != m], log=f"without {m}")
             fold_params[m] = params
-            for p in predictor([r for r in dev if r["model"] == m], params):
+            for p in predictor([r for r in dev + low if r["model"] == m], params):
                 lomo_pred[p["id"]] = p["predicted"]
+                if "latency_measured" in p:
+                    low_lomo[p["id"]] = p
         s_lomo = stats([(lomo_pred[r["id"]], measured_per_gpu(r)) for r in dev])
         held.append(("leave-one-model-out (all nine parameters refit without the model)", {}, {}, s_lomo))
         conc_lomo = concordance(dev, lomo_pred, same_setting)
@@ -428,9 +471,10 @@ def main(argv: list[str] | None = None) -> int:
                   ("fit dense models -> test MoE models", lambda r: r["arch"]["family"] == "dense"),
                   ("fit MoE models -> test dense models", lambda r: r["arch"]["family"] != "dense")]
         for name, train in splits:
-            fit_rows, test = [r for r in dev if train(r)], [r for r in dev if not train(r)]
+            fit_rows, test = [r for r in dev + low if train(r)], [r for r in dev if not train(r)]
             params = fit(predictor, fit_rows, log=name)
-            s_fit = stats([(p["predicted"], p["measured"]) for p in predictor(fit_rows, params)])
+            s_fit = stats([(p["predicted"], p["measured"]) for p in predictor(fit_rows, params)
+                           if "latency_measured" not in p])
             s_test = stats([(p["predicted"], p["measured"]) for p in predictor(test, params)])
             held.append((name, params, s_fit, s_test))
         report["held_out"] = [{"split": n, "fitted": p, "fit": f, "test": t} for n, p, f, t in held]
@@ -438,6 +482,8 @@ def main(argv: list[str] | None = None) -> int:
         report["concordance_leave_one_model_out"] = conc_lomo
     test = score_test_set(test_rows, predictor, defaults) if test_rows else None
     report["test_set"] = test
+    low_fit = {p["id"]: p for p in predictor(low, defaults)}
+    report["low_concurrency_fitted"] = {"in_sample": low_fit, "held_out": low_lomo}
     predictor.close()
 
     aic = None
@@ -484,6 +530,31 @@ def main(argv: list[str] | None = None) -> int:
     for name, s in groups:
         L.append(f"| {name} | {s['n']} | {s['mdape']:.1f} | {s['signed']:+.1f} | {s['within25']} | {s['spearman']:.3f} |")
     L.append("")
+    if low:
+        L += ["## Low-concurrency rows (dev set: fitted)", "",
+              f"`{Path(args.low_data).relative_to(ROOT) if Path(args.low_data).is_relative_to(ROOT) else args.low_data}`"
+              ": published decode latency at concurrency 1-64. They weigh as much in the fit as all max-throughput "
+              "rows together (`fit_error`); the held-out column is predicted by the leave-one-model-out fit "
+              "without the row's model.", "",
+              "| id | model | GPUs | mapping | ISL/OSL | conc. | metric | measured ms | predicted ms (in sample) | "
+              "held out ms |", "|---|---|---|---|---|---:|---|---:|---:|---:|"]
+        errs: dict[str, list[float]] = {"in": [], "out": []}
+        for r in low:
+            p, h = low_fit[r["id"]], low_lomo.get(r["id"])
+
+            def cell(q: dict[str, Any] | None, key: str) -> str:
+                if not q or not q.get("latency_predicted"):
+                    return "-"
+                e = q["latency_predicted"] / q["latency_measured"] - 1
+                errs[key].append(abs(e))
+                return f"{q['latency_predicted']:.1f} ({100 * e:+.0f} %)"
+
+            L.append(f"| {r['id']} | {r['model']} | {r['hardware']} x{r['num_gpus']} | {p.get('mapping')} | "
+                     f"{r['isl']}/{r['osl']} | {r['concurrency']} | {p['latency_metric']} | "
+                     f"{p['latency_measured']:.1f} | {cell(p, 'in')} | {cell(h, 'out')} |")
+        summ = [f"{label} median absolute error {100 * statistics.median(v):.1f} % over {len(v)} rows"
+                for label, v in (("in sample", errs["in"]), ("held out", errs["out"])) if v]
+        L += ["", "; ".join(summ) + ".", ""]
     if test:
         L += ["## Test set (never fitted): benchmarks/data/published_latency.json", "",
               "Low-concurrency latency (concurrency <= 64, no speculative decoding), product defaults:", "",
