@@ -91,13 +91,13 @@ class Runtime:
     nvfp4_compute_efficiency: float = 0.7
     bandwidth_efficiency: float = 1.0
     grouped_gemm_efficiency: float = 0.3
-    attention_efficiency: float = 0.6
+    attention_efficiency: float = 0.8
     expert_tile_overhead_s: float = 12e-6
-    collective_efficiency: float = 0.5
-    kernel_gap_s: float = 0.0
-    collective_overhead_s: float = 0.0
-    iteration_overhead_s: float = 0.0
-    request_overhead_s: float = 5e-6
+    collective_efficiency: float = 0.6
+    kernel_gap_s: float = 2e-6
+    collective_overhead_s: float = 30e-6
+    iteration_overhead_s: float = 1e-3
+    request_overhead_s: float = 10e-6
     moe_expert_load_cv: float = 1.28
 
     def __post_init__(self) -> None:

@@ -373,14 +373,15 @@ def test_pipeline_send_crosses_nvlink_domain_when_the_replica_spans_two():
         d = Deployment(tp=tp, pp=2, weights="fp8", activations="fp8")
         op = next(o for o in step_ops(BIG, g, d, **kw) if o.name == "pp_send_recv")
         eff = g.collective_efficiency * d.runtime.collective_efficiency
-        assert op.time_s == pytest.approx(g.collective_latency_s + nbytes / (link * eff))
+        latency = g.collective_latency_s + d.runtime.collective_overhead_s
+        assert op.time_s == pytest.approx(latency + nbytes / (link * eff))
 
 
 def test_kernel_gap_and_collective_overhead_are_paid_once_per_kernel_and_per_collective():
     # every kernel row of the step pays kernel_gap_s once (count = instances); every collective,
     # collective_overhead_s once; fused rows (norms riding an all-reduce) pay neither
     g = get_gpu("h100")
-    d = Deployment(tp=2, weights="fp8", activations="fp8")
+    d = Deployment(tp=2, weights="fp8", activations="fp8", runtime=Runtime(kernel_gap_s=0.0, collective_overhead_s=0.0))
     kw = dict(decode=1, context=1000, prefill_tokens=0, prefill_len=1000)
     gap, coll = 4e-6, 7e-6
     base = {o.name: o for o in step_ops(BIG, g, d, **kw)}
@@ -452,7 +453,8 @@ def test_fused_runtime_pays_no_launch_for_fused_work():
     bw = gpu.hbm_bytes_per_s * gpu.memory_efficiency
     layers = SMALL.layers
     # TP1: the norm is its own kernel; TP2: it rides the all-reduce (same bytes, no launch)
-    assert tp1["attn_norm"].time_s == pytest.approx(tp1["attn_norm"].bytes / bw + layers * gpu.kernel_overhead_s)
+    launch = gpu.kernel_overhead_s + d1.runtime.kernel_gap_s  # seconds per kernel in a serving step
+    assert tp1["attn_norm"].time_s == pytest.approx(tp1["attn_norm"].bytes / bw + layers * launch)
     assert tp2["attn_norm"].time_s == pytest.approx(tp2["attn_norm"].bytes / bw)
     assert tp2["ffn_norm"].time_s == pytest.approx(tp2["ffn_norm"].bytes / bw)
     # decode-only steps: RoPE and the KV write live inside the attention kernel
