@@ -368,13 +368,10 @@ def score_test_set(rows: list[dict[str, Any]], predictor: Predictor, params: dic
             item = {"id": r["id"], "model": r["model"], "gpu": f"{r['hardware']} x{r['num_gpus']}",
                     "mapping": p.get("mapping"), "isl/osl": f"{r['isl']}/{r['osl']}", "concurrency": r["concurrency"],
                     "pred_tpot_ms": p["tpot_ms"], "pred_ttft_ms": p["ttft_ms"]}
-            tpot = m.get("tpot_ms") or m.get("itl_ms") or (
-                1e3 / m["output_tokens_per_s_per_user"] if m.get("output_tokens_per_s_per_user") else None)
-            if tpot:
-                item["meas_tpot_ms"] = tpot
-            elif m.get("e2e_latency_ms"):  # no TPOT published: compare the request's end-to-end latency
-                item["meas_e2e_ms"] = m["e2e_latency_ms"]
-                item["pred_e2e_ms"] = p["ttft_ms"] + (r["osl"] - 1) * p["tpot_ms"]
+            if p.get("latency_metric") == "tpot_ms":  # predict_row compared it on latency_target's metric
+                item["meas_tpot_ms"] = p["latency_measured"]
+            elif p.get("latency_metric") == "e2e_ms":  # no TPOT published: the request's end-to-end latency
+                item["meas_e2e_ms"], item["pred_e2e_ms"] = p["latency_measured"], p["latency_predicted"]
             if m.get("ttft_ms"):
                 item["meas_ttft_ms"] = m["ttft_ms"]
             latency.append(item)
