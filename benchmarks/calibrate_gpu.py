@@ -40,7 +40,8 @@ kernel_overhead_s``; attention ``roofline(FLOPs / (peak bf16 * attention_efficie
 bytes / (hbm_bytes_per_s * memory_efficiency), kernel_overhead_s)`` with the FLOPs and
 FlashAttention IO of ``co_design.perf.ops`` (prefill ``2 * heads * (d_qk + d_v) * pairs``,
 pairs = L(L+1)/2 per sequence; Q, K, V and O moved once); all-reduce
-``co_design.perf.comm.collective_time_s("all_reduce", bytes, gpus, gpu)``.
+``co_design.perf.comm.collective_time_s("all_reduce", bytes, gpus, gpu, algorithm="two_shot")`` (NCCL
+at MiB sizes pays more than one synchronization; the model's two-shot form has two).
 
 How each field is fitted (pure Python, :func:`fit`; the first four alternate for three
 rounds since each uses the others, from the catalog values):
@@ -61,7 +62,7 @@ rounds since each uses the others, from the catalog values):
   not fitted.
 * ``collective_efficiency`` and ``collective_latency_s`` (only when all-reduce was
   measured): weighted least squares (weights 1/measured^2, i.e. relative errors) of
-  ``measured = latency + 2 (n-1)/n * bytes / link_peak / efficiency``.
+  ``measured = 2 latency + 2 (n-1)/n * bytes / link_peak / efficiency`` (two-shot: two steps).
 
 ``gemm_tiles`` (``[rows, cols, sms_per_tile]`` or ``[rows, cols, sms_per_tile, rate]``)
 is not fitted: per-tile rates cannot be separated robustly from the global efficiency
@@ -307,7 +308,7 @@ def predict_s(gpu: GPU, m: Measurement) -> float:
         compute_s = flops / (gpu.peak_flops_per_s["bf16"] * gpu.attention_efficiency)
         return roofline(compute_s, nbytes / bw, gpu.kernel_overhead_s)[0]
     if m.kind == "all_reduce":
-        return collective_time_s("all_reduce", p["bytes"], p["gpus"], gpu)
+        return collective_time_s("all_reduce", p["bytes"], p["gpus"], gpu, algorithm="two_shot")
     raise ValueError(f"unknown measurement kind {m.kind!r}; use gemm, hbm, attention or all_reduce")
 
 
@@ -460,9 +461,9 @@ def _fit_attention(gpu: GPU, ms: Sequence[Measurement]) -> tuple[float, int] | N
 def _fit_collective(gpu: GPU, ms: Sequence[Measurement]) -> dict[str, tuple[float, int]]:
     """collective_efficiency and collective_latency_s from all-reduce times.
 
-    x = 2 (n-1)/n * bytes / link peak (seconds at efficiency 1); measured = latency + x / eff:
-    weighted least squares with weights 1 / measured^2 (relative errors). With one message
-    size only the efficiency is fitted (latency kept).
+    x = 2 (n-1)/n * bytes / link peak (seconds at efficiency 1); measured = 2 latency + x / eff
+    (two-shot: two synchronization steps): weighted least squares with weights 1 / measured^2
+    (relative errors). With one message size only the efficiency is fitted (latency kept).
     """
     rows = []
     for m in ms:
@@ -474,14 +475,14 @@ def _fit_collective(gpu: GPU, ms: Sequence[Measurement]) -> dict[str, tuple[floa
         return {}
     if len({x for x, _ in rows}) < 2:
         lat = gpu.collective_latency_s
-        est = [x / (t - lat) for x, t in rows if t > lat]
+        est = [x / (t - 2 * lat) for x, t in rows if t > 2 * lat]
         return {"collective_efficiency": (min(1.0, statistics.median(est)), len(rows))} if est else {}
     w = [1.0 / t ** 2 for _, t in rows]
     s0, s1 = sum(w), sum(wi * x for wi, (x, _) in zip(w, rows))
     s2 = sum(wi * x * x for wi, (x, _) in zip(w, rows))
     t0, t1 = sum(wi * t for wi, (_, t) in zip(w, rows)), sum(wi * x * t for wi, (x, t) in zip(w, rows))
     slope = (s0 * t1 - s1 * t0) / (s0 * s2 - s1 * s1)
-    lat = (t0 - slope * s1) / s0
+    lat = (t0 - slope * s1) / s0 / 2  # the intercept is two steps' latency
     if lat < 0:  # clamp and refit the slope through the origin
         lat, slope = 0.0, t1 / s2
     if slope <= 0:

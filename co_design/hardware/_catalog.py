@@ -90,7 +90,7 @@ class GPU:
     attention_efficiency: float = 0.65  # achievable fraction of peak for fused attention math
     memory_efficiency: float = 0.85  # achievable fraction of HBM bandwidth
     kernel_overhead_s: float = 3e-6  # fixed cost per kernel (launch gap, prologue, tail)
-    collective_latency_s: float = 10e-6  # fixed cost per collective / point-to-point
+    collective_latency_s: float = 10e-6  # seconds per synchronization step of a collective / point-to-point
     collective_efficiency: float = 0.8  # achieved bus bandwidth of collectives over the link's per-direction peak
     gemm_tiles: tuple[tuple[int, int, int, float], ...] = ((128, 128, 1, 1.0), (128, 256, 1, 1.0))
     stream_k: bool = True

@@ -3,13 +3,26 @@
 A collective among ``n`` GPUs moves data at the NVLink bandwidth (per GPU, per
 direction) when all ``n`` sit in one NVLink domain, otherwise at the scale-out
 bandwidth (the slower hop bounds a hierarchical collective), times the GPU's
-``collective_efficiency`` (achieved bus bandwidth); each call pays
-``gpu.collective_latency_s``. Bandwidth terms (NCCL's "bus bandwidth" algebra):
+``collective_efficiency`` (achieved bus bandwidth). Each synchronization step
+pays ``gpu.collective_latency_s`` (a point-to-point hand-off) plus the runtime's
+``overhead_s``. Bandwidth terms (NCCL's "bus bandwidth" algebra):
 
-* all-reduce of ``S`` bytes: ``2 (n-1)/n · S / bw`` (reduce-scatter + all-gather)
-* all-gather / reduce-scatter producing / consuming ``S`` bytes per GPU: ``(n-1)/n · S / bw``
-* all-to-all where each GPU sends ``S`` bytes in total: ``(n-1)/n · S / bw``
-* point-to-point of ``S`` bytes: ``S / bw``
+* all-gather / reduce-scatter producing / consuming ``S`` bytes per GPU: one step,
+  ``(n-1)/n · S / bw``
+* all-to-all where each GPU sends ``S`` bytes in total: one step, ``(n-1)/n · S / bw``
+* point-to-point of ``S`` bytes: one step, ``S / bw``
+* all-reduce of ``S`` bytes, the faster of the two algorithms a serving runtime
+  switches between by message size (TensorRT-LLM's custom all-reduce, ``AUTO``
+  strategy):
+
+  - *two-shot* (reduce-scatter, then all-gather): two steps, ``2 (n-1)/n · S / bw``;
+  - *one-shot* (every GPU reads its ``n-1`` peers' whole buffers and reduces
+    locally): one step, ``(n-1) · S / bw``; it needs the peers' buffers mapped,
+    so only inside one NVLink domain.
+
+  Small messages (decode at small batch) go one-shot and pay one latency; large
+  ones go two-shot and pay two. At ``n = 2`` both move the same bytes, so one-shot
+  always wins.
 
 Pure Python.
 """
@@ -21,10 +34,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from co_design.hardware import GPU
 
-__all__ = ["link_bytes_per_s", "collective_time_s", "COLLECTIVES"]
+__all__ = ["link_bytes_per_s", "collective_time_s", "all_reduce_algorithm", "COLLECTIVES", "ALL_REDUCE_ALGORITHMS"]
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
-_FACTOR = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0}
+ALL_REDUCE_ALGORITHMS = ("auto", "one_shot", "two_shot")
+_FACTOR = {"all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0}
 
 
 def link_bytes_per_s(gpu: "GPU", n: int, efficiency: float = 1.0) -> float:
@@ -34,8 +48,27 @@ def link_bytes_per_s(gpu: "GPU", n: int, efficiency: float = 1.0) -> float:
     return peak * gpu.collective_efficiency * efficiency
 
 
+def _all_reduce_s(nbytes: float, n: int, group: int, gpu: "GPU", bw: float, step_s: float,
+                  algorithm: str) -> tuple[float, str]:
+    """(seconds, algorithm used) of an all-reduce; ``group`` = GPUs the group spans."""
+    two_shot = 2.0 * step_s + 2.0 * (n - 1) / n * nbytes / bw
+    if algorithm == "two_shot" or group > gpu.nvlink_domain:
+        return two_shot, "two_shot"
+    one_shot = step_s + (n - 1) * nbytes / bw
+    if algorithm == "one_shot" or one_shot <= two_shot:
+        return one_shot, "one_shot"
+    return two_shot, "two_shot"
+
+
+def _check(kind: str, algorithm: str) -> None:
+    if kind not in COLLECTIVES:  # checked first: a typo must not pass silently when n == 1
+        raise ValueError(f"unknown collective {kind!r}; use one of {COLLECTIVES}")
+    if algorithm not in ALL_REDUCE_ALGORITHMS:
+        raise ValueError(f"unknown all-reduce algorithm {algorithm!r}; use one of {ALL_REDUCE_ALGORITHMS}")
+
+
 def collective_time_s(kind: str, nbytes: float, n: int, gpu: "GPU", *, span: int | None = None,
-                      efficiency: float = 1.0, overhead_s: float = 0.0) -> float:
+                      efficiency: float = 1.0, overhead_s: float = 0.0, algorithm: str = "auto") -> float:
     """Seconds for collective ``kind`` of ``nbytes`` (see module docstring) among ``n`` GPUs.
 
     ``span``: GPUs the communicating group is placed across (default ``n``); the
@@ -43,14 +76,30 @@ def collective_time_s(kind: str, nbytes: float, n: int, gpu: "GPU", *, span: int
     pipeline-stage send between 2 GPUs of a ``tp x pp`` replica larger than the
     domain crosses domains at some stage boundary: ``n=2, span=tp*pp``.
     ``efficiency``: fraction of the GPU's collective bandwidth the runtime reaches;
-    ``overhead_s``: the runtime's own seconds per call on top of the link latency.
+    ``overhead_s``: the runtime's own seconds per synchronization step on top of the
+    link latency. ``algorithm`` (all-reduce only): ``"auto"`` takes the faster of
+    one-shot and two-shot, the others force one (one-shot outside an NVLink domain
+    falls back to two-shot).
     """
-    if kind not in COLLECTIVES:  # checked first: a typo must not pass silently when n == 1
-        raise ValueError(f"unknown collective {kind!r}; use one of {COLLECTIVES}")
+    _check(kind, algorithm)
     if n <= 1 or nbytes <= 0:
         return 0.0
-    bw = link_bytes_per_s(gpu, n if span is None else max(n, span), efficiency)
+    group = n if span is None else max(n, span)
+    bw = link_bytes_per_s(gpu, group, efficiency)
+    step_s = gpu.collective_latency_s + overhead_s
+    if kind == "all_reduce":
+        return _all_reduce_s(nbytes, n, group, gpu, bw, step_s, algorithm)[0]
     if kind == "p2p":
-        return gpu.collective_latency_s + overhead_s + nbytes / bw
-    factor = _FACTOR[kind]
-    return gpu.collective_latency_s + overhead_s + factor * (n - 1) / n * nbytes / bw
+        return step_s + nbytes / bw
+    return step_s + _FACTOR[kind] * (n - 1) / n * nbytes / bw
+
+
+def all_reduce_algorithm(nbytes: float, n: int, gpu: "GPU", *, span: int | None = None, efficiency: float = 1.0,
+                         overhead_s: float = 0.0) -> str:
+    """``"one_shot"`` or ``"two_shot"``: the all-reduce algorithm :func:`collective_time_s` charges for
+    ``nbytes`` among ``n`` GPUs (same arguments); ``"none"`` when nothing moves (``n <= 1`` or no bytes)."""
+    if n <= 1 or nbytes <= 0:
+        return "none"
+    group = n if span is None else max(n, span)
+    bw = link_bytes_per_s(gpu, group, efficiency)
+    return _all_reduce_s(nbytes, n, group, gpu, bw, gpu.collective_latency_s + overhead_s, "auto")[1]

@@ -9,7 +9,9 @@ a 126-layer model costs no more than a 1-layer one.
 
 The op list is that of a CUDA-graph, fused runtime (TensorRT-LLM): every row is
 a kernel that runs, and a kernel pays ``gpu.kernel_overhead_s`` plus the runtime's
-``kernel_gap_s`` once (a collective: ``gpu.collective_latency_s`` plus ``collective_overhead_s``). Work that
+``kernel_gap_s`` once (a collective: ``gpu.collective_latency_s`` plus ``collective_overhead_s`` per
+synchronization step, one for a small-message one-shot all-reduce, two for a two-shot one;
+:mod:`co_design.perf.comm`). Work that
 such a runtime fuses into a neighbour keeps its bytes and drops its launch: the
 RMSNorm (+ residual + quantize) rides the all-reduce before it when there is one
 (TP); RoPE and the KV-cache write of decode tokens run inside the decode attention

@@ -64,9 +64,11 @@ class Runtime:
       figure): the wait on the previous kernel's tail and the dependency hand-off
       inside a CUDA graph. Negligible beside long kernels; at batch 1 a step runs
       hundreds of microsecond-scale kernels, so it sets small-batch latency.
-    * ``collective_overhead_s``: seconds each collective call costs beyond the
-      GPU's link latency (``collective_latency_s``): the runtime's synchronization
-      (flag barriers of a one-shot all-reduce) and the norm fused into it.
+    * ``collective_overhead_s``: seconds each synchronization step of a collective
+      costs beyond the GPU's link latency (``collective_latency_s``): the runtime's
+      flag barriers and the norm fused into an all-reduce. A one-shot all-reduce
+      (small messages), an all-gather, an all-to-all or a send has one step; a
+      two-shot all-reduce (large messages) has two (see :mod:`co_design.perf.comm`).
     * ``iteration_overhead_s``: host-side scheduling time per iteration not hidden
       behind GPU work.
     * ``request_overhead_s``: host time per request in flight per iteration
