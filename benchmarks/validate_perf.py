@@ -90,7 +90,7 @@ CALIBRATED: dict[str, tuple[str, list[float]]] = {
                               [0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]),
     "kernel_gap_s": ("seconds per kernel of a serving step beyond the GPU's isolated-kernel overhead",
                      [0.0, 1e-6, 2e-6, 3e-6, 4e-6, 6e-6, 8e-6]),
-    "collective_overhead_s": ("seconds per collective call beyond the GPU's link latency",
+    "collective_overhead_s": ("seconds per collective synchronization step beyond the GPU's link latency",
                               [0.0, 2.5e-6, 5e-6, 10e-6, 15e-6, 20e-6, 30e-6, 40e-6, 60e-6]),
     "request_overhead_s": ("host seconds per request in flight per iteration",
                            [0.0, 2.5e-6, 5e-6, 7.5e-6, 10e-6, 15e-6]),
