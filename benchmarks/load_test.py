@@ -57,6 +57,7 @@ from typing import Any, Iterable, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_STORAGE = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 #: the cheap study: performance model only, sampled, a space with 7,616 suggestion combinations
+LOG_TAIL_LINES = 15  # of the workers' output, kept in a failed run's errors
 JOB_ARGS = ("space=dense", "objectives=perf_only", "strategy=sample", "tracking=off", "plots=false", "quiet=true")
 # What the job stores on a trial (user attributes; search/objective.py defines them). The audit reads
 # them straight from the storage and applies its own counting rule (TrialRecord.counted), so that it
@@ -281,6 +282,8 @@ def run_once(storage: str, workers: int, n_trials: int, *, kill: bool = False, k
         expected_codes = codes[1:] if kill else codes  # the killed worker's -9 is the point
         errors = [f"worker exit status {c}" for c in expected_codes if c != 0]
         errors += ["Traceback in the workers' output"] if "Traceback" in text else []
+        if errors:  # what the workers said last: the error line a failing worker printed is in it
+            errors.append("workers' output ends: " + " | ".join(text.strip().splitlines()[-LOG_TAIL_LINES:]))
         if kill:
             by_number = {t.number: t for t in records}
             killed["ended"] = {n: ("interrupted" if by_number[n].interrupted else by_number[n].state)
