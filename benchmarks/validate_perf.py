@@ -34,8 +34,9 @@ rows = bf16 (FP16 runs at the same rate and size); MoE rows without a published 
 
 Usage::
 
-    python benchmarks/validate_perf.py              # everything, about 50 min on 2 cores
+    python benchmarks/validate_perf.py              # everything, about 60 min on 2 cores
     python benchmarks/validate_perf.py --quick      # product defaults only: figures in seconds
+    python benchmarks/validate_perf.py --latency-folds  # held-out latency of the models with latency rows only
     python benchmarks/validate_perf.py --jobs 8
 """
 
@@ -355,6 +356,51 @@ def fit(predictor: Predictor, rows: list[dict[str, Any]], rounds: int = 8, log: 
     return best
 
 
+def latency_folds(predictor: Predictor, dev: list[dict[str, Any]], low: list[dict[str, Any]],
+                  out: Path) -> list[dict[str, Any]]:
+    """Leave out, one at a time, each model with low-concurrency rows but no max-throughput rows (the main
+    run's leave-one-model-out folds cover only models with max-throughput rows): refit every parameter
+    without it, predict its latency rows; write ``latency_folds.md`` and ``.json`` to ``out``."""
+    defaults = Runtime()
+    rows = []
+    for m in sorted({r["model"] for r in low} - {r["model"] for r in dev}):
+        params = fit(predictor, [r for r in dev + low if r["model"] != m], log=f"without {m}")
+        held = {p["id"]: p for p in predictor([r for r in low if r["model"] == m], params)}
+        for r in (r for r in low if r["model"] == m):
+            rows.append({"id": r["id"], "model": m, "gpu": f"{r['hardware']} x{r['num_gpus']}",
+                         "concurrency": r["concurrency"], "in_sample": predict_row(r, defaults),
+                         "held_out": held[r["id"]], "fold_params": params})
+
+    def cell(q: dict[str, Any]) -> str:
+        if not q.get("latency_predicted"):
+            return "-"
+        return f"{q['latency_predicted']:.1f} ({100 * (q['latency_predicted'] / q['latency_measured'] - 1):+.0f} %)"
+
+    def mdape(key: str) -> str:
+        errs = [abs(r[key]["latency_predicted"] / r[key]["latency_measured"] - 1) for r in rows
+                if r[key].get("latency_predicted")]
+        return f"{100 * statistics.median(errs):.1f} % over {len(errs)} rows" if errs else "-"
+
+    L = ["# Held-out latency of the models with latency rows only", "",
+         "Command: `python benchmarks/validate_perf.py --latency-folds`. Each model below has published "
+         "low-concurrency rows but no max-throughput rows, so the main run gives it no leave-one-model-out "
+         "fold. Here every fitted parameter is refit without the model (its latency rows out, all other dev "
+         "rows in) and its rows are predicted; the in-sample column uses the shipped `Runtime()` defaults.", "",
+         "| id | model | GPUs | mapping | conc. | metric | measured ms | in sample ms | held out ms |",
+         "|---|---|---|---|---:|---|---:|---:|---:|"]
+    for r in rows:
+        i = r["in_sample"]
+        L.append(f"| {r['id']} | {r['model']} | {r['gpu']} | {i.get('mapping')} | {r['concurrency']} | "
+                 f"{i.get('latency_metric')} | {i.get('latency_measured', 0):.1f} | {cell(i)} | {cell(r['held_out'])} |")
+    L += ["", f"Median absolute error: in sample {mdape('in_sample')}; held out {mdape('held_out')}.", ""]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "latency_folds.md").write_text("\n".join(L))
+    (out / "latency_folds.json").write_text(json.dumps(rows, indent=1, default=str))
+    print(f"latency folds: in sample {mdape('in_sample')}; held out {mdape('held_out')}; "
+          f"wrote {out / 'latency_folds.md'}", flush=True)
+    return rows
+
+
 # ----------------------------------------------------------------------------- test set
 def score_test_set(rows: list[dict[str, Any]], predictor: Predictor, params: dict[str, Any]) -> dict[str, Any]:
     scored = [r for r in rows if not r.get("speculative_decoding") and r.get("isl") and r.get("osl")]
@@ -401,6 +447,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="product defaults only: no fits, no held-out figures")
     ap.add_argument("--fit-only", action="store_true",
                     help="fit the parameters on all perf-overview rows, print them and stop (the Runtime defaults)")
+    ap.add_argument("--latency-folds", action="store_true",
+                    help="refit without each model that has only low-concurrency rows, predict its rows, write "
+                         "latency_folds.md/.json and stop")
     args = ap.parse_args(argv)
     rows = json.loads(Path(args.data).read_text())
     test_rows = json.loads(Path(args.test_data).read_text()) if Path(args.test_data).exists() else []
@@ -411,6 +460,10 @@ def main(argv: list[str] | None = None) -> int:
     predictor = Predictor(args.jobs)
     if args.fit_only:
         fit(predictor, dev + low, log="all perf-overview and low-concurrency rows")
+        predictor.close()
+        return 0
+    if args.latency_folds:
+        latency_folds(predictor, dev, low, Path(args.out))
         predictor.close()
         return 0
     runtime = Runtime()

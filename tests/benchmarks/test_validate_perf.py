@@ -26,3 +26,28 @@ def test_fit_error_weighs_latency_rows_as_much_as_all_throughput_rows():
     assert vp.fit_error(thr) == pytest.approx(math.log(2))
     # a latency row the model cannot serve counts as a 10x miss
     assert vp.fit_error([{**lat[0], "latency_predicted": None}]) == pytest.approx(math.log(10))
+
+
+def test_latency_folds_refit_without_each_latency_only_model_and_predict_it(tmp_path, monkeypatch):
+    import json
+
+    dev = [r for r in json.loads(vp.DATA.read_text()) if r["model"] == "Llama-3.1-8B"][:2]
+    low = [r for r in json.loads(vp.LOW_DATA.read_text()) if r.get("fit")
+           and r["model"] in ("Qwen3-8B", "GLM-4.6", "Llama-3.1-8B")][:9]
+    only_low = {r["model"] for r in low} - {r["model"] for r in dev}
+    assert only_low == {"Qwen3-8B", "GLM-4.6"}
+    seen = {}
+
+    def fake_fit(predictor, rows, rounds=8, log=""):  # records what each fold was fitted on
+        seen[log] = {r["model"] for r in rows}
+        return {**vp.NEUTRAL, "kernel_gap_s": 5e-6}
+
+    monkeypatch.setattr(vp, "fit", fake_fit)
+    rows = vp.latency_folds(vp.Predictor(1), dev, low, tmp_path)
+    assert seen == {f"without {m}": {r["model"] for r in dev + low} - {m} for m in only_low}
+    assert sorted(r["id"] for r in rows) == sorted(r["id"] for r in low if r["model"] in only_low)
+    for r in rows:  # the held-out prediction is the fold's, not the shipped defaults'
+        assert r["held_out"]["latency_predicted"] > 0
+        assert r["held_out"]["latency_predicted"] != r["in_sample"]["latency_predicted"]
+    text = (tmp_path / "latency_folds.md").read_text()
+    assert all(f"| {r['id']} |" in text for r in rows) and "held out" in text
