@@ -48,9 +48,12 @@ def link_bytes_per_s(gpu: "GPU", n: int, efficiency: float = 1.0) -> float:
     return peak * gpu.collective_efficiency * efficiency
 
 
-def _all_reduce_s(nbytes: float, n: int, group: int, gpu: "GPU", bw: float, step_s: float,
-                  algorithm: str) -> tuple[float, str]:
-    """(seconds, algorithm used) of an all-reduce; ``group`` = GPUs the group spans."""
+def _all_reduce(nbytes: float, n: int, gpu: "GPU", span: int | None, efficiency: float, overhead_s: float,
+                algorithm: str) -> tuple[float, str]:
+    """(seconds, algorithm charged) of an all-reduce among ``n > 1`` GPUs (arguments of :func:`collective_time_s`)."""
+    group = n if span is None else max(n, span)
+    bw = link_bytes_per_s(gpu, group, efficiency)
+    step_s = gpu.collective_latency_s + overhead_s
     two_shot = 2.0 * step_s + 2.0 * (n - 1) / n * nbytes / bw
     if algorithm == "two_shot" or group > gpu.nvlink_domain:
         return two_shot, "two_shot"
@@ -84,11 +87,10 @@ def collective_time_s(kind: str, nbytes: float, n: int, gpu: "GPU", *, span: int
     _check(kind, algorithm)
     if n <= 1 or nbytes <= 0:
         return 0.0
-    group = n if span is None else max(n, span)
-    bw = link_bytes_per_s(gpu, group, efficiency)
-    step_s = gpu.collective_latency_s + overhead_s
     if kind == "all_reduce":
-        return _all_reduce_s(nbytes, n, group, gpu, bw, step_s, algorithm)[0]
+        return _all_reduce(nbytes, n, gpu, span, efficiency, overhead_s, algorithm)[0]
+    bw = link_bytes_per_s(gpu, n if span is None else max(n, span), efficiency)
+    step_s = gpu.collective_latency_s + overhead_s
     if kind == "p2p":
         return step_s + nbytes / bw
     return step_s + _FACTOR[kind] * (n - 1) / n * nbytes / bw
@@ -100,6 +102,4 @@ def all_reduce_algorithm(nbytes: float, n: int, gpu: "GPU", *, span: int | None 
     ``nbytes`` among ``n`` GPUs (same arguments); ``"none"`` when nothing moves (``n <= 1`` or no bytes)."""
     if n <= 1 or nbytes <= 0:
         return "none"
-    group = n if span is None else max(n, span)
-    bw = link_bytes_per_s(gpu, group, efficiency)
-    return _all_reduce_s(nbytes, n, group, gpu, bw, gpu.collective_latency_s + overhead_s, "auto")[1]
+    return _all_reduce(nbytes, n, gpu, span, efficiency, overhead_s, "auto")[1]
