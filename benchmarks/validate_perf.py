@@ -7,7 +7,7 @@ Data (in the repository, each row with its source):
   parameters (:data:`CALIBRATED`) are fitted on perf-overview rows only.
 * dev set, ``benchmarks/data/published_low_concurrency.json``: published decode latency at concurrency
   1-64, fitted beside the max-throughput rows (the two kinds weigh equally): they alone pin the per-kernel
-  and per-collective latencies that set small-batch TPOT.
+  and per-synchronization collective latencies that set small-batch TPOT.
 * test set, ``benchmarks/data/published_latency.json``: rows never used in any fit -- low-concurrency
   latency (NIM, vLLM, TensorRT-LLM DeepSeek-R1 min-latency), 16-bit vs FP8 pairs on H100 (TensorRT-LLM
   v0.13 perf-overview), DeepSeek-R1 (MLA) throughput. Speculative-decoding rows are listed, not scored.
@@ -585,8 +585,9 @@ def main(argv: list[str] | None = None) -> int:
               f"`{Path(args.low_data).relative_to(ROOT) if Path(args.low_data).is_relative_to(ROOT) else args.low_data}`"
               ": published decode latency at concurrency 1-64. They weigh as much in the fit as all max-throughput "
               "rows together (`fit_error`); the held-out column is predicted by the leave-one-model-out fit "
-              "without the row's model (none where the model has no max-throughput rows, hence no fold; the "
-              "test set below is the held-out check of latency).", "",
+              "without the row's model (none where the model has no max-throughput rows, hence no fold here: "
+              "`--latency-folds` gives those models theirs, in `latency_folds.md`; the test set below is the "
+              "check of latency on rows no fit has seen).", "",
               "| id | model | GPUs | mapping | ISL/OSL | conc. | metric | measured ms | predicted ms (in sample) | "
               "held out ms |", "|---|---|---|---|---|---:|---|---:|---:|---:|"]
         errs: dict[str, list[float]] = {"in": [], "out": []}
