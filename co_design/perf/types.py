@@ -75,11 +75,7 @@ class Runtime:
     * ``reserve_bytes``: bytes per GPU the runtime holds beyond the weights, the
       KV cache and the modelled activation buffers (CUDA context, library and
       communication workspaces, CUDA graphs, allocator slack). It sets the KV
-      pool, so the batch, wherever memory binds. The fitted 12 GiB is more than
-      a runtime reports holding for its context and workspaces (a few GiB), so
-      it also stands for memory the model does not itemize, e.g. the caching
-      allocator's peak during the runtime's profiling step, or a KV cache kept
-      in 16 bits where a published row does not state its format.
+      pool, so the batch, wherever memory binds.
 
     Routing statistics (from a published measurement, not fitted):
 
