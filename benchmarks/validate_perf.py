@@ -96,14 +96,11 @@ CALIBRATED: dict[str, tuple[str, list[float]]] = {
     "request_overhead_s": ("host seconds per request in flight per iteration",
                            [0.0, 2.5e-6, 5e-6, 7.5e-6, 10e-6, 15e-6]),
     "iteration_overhead_s": ("host seconds per iteration", [0.0, 0.5e-3, 1e-3, 2e-3, 4e-3]),
-    "reserve_bytes": ("bytes per GPU the runtime holds beyond weights, KV cache and the modelled activations "
-                      "(CUDA context, library and communication workspaces, CUDA graphs, allocator slack)",
-                      [g * 2**30 for g in (1, 2, 3, 4, 6, 8, 10, 12, 16)]),
 }
 # where every fold's descent starts: an idealized runtime, so nothing fitted on test rows leaks in
 NEUTRAL = {"compute_efficiency": 1.0, "nvfp4_compute_efficiency": 1.0, "bandwidth_efficiency": 1.0, "grouped_gemm_efficiency": 1.0,
            "attention_efficiency": 1.0, "expert_tile_overhead_s": 0.0, "collective_efficiency": 1.0, "request_overhead_s": 0.0, "iteration_overhead_s": 0.0,
-           "kernel_gap_s": 0.0, "collective_overhead_s": 0.0, "reserve_bytes": 2**30}
+           "kernel_gap_s": 0.0, "collective_overhead_s": 0.0}
 
 
 # ----------------------------------------------------------------------------- rows -> model inputs
@@ -267,15 +264,6 @@ class Predictor:
 
 
 # ----------------------------------------------------------------------------- statistics
-def shown(key: str, value: float) -> str:
-    """A fitted value with its unit where the key's name does not say it (bytes are shown in GiB)."""
-    return f"{value / 2**30:g} GiB" if key.endswith("_bytes") else f"{value:g}"
-
-
-def shown_params(params: dict[str, float]) -> str:
-    return "{" + ", ".join(f"{k}: {shown(k, v)}" for k, v in params.items()) + "}"
-
-
 def stats(pairs: list[tuple[float | None, float]]) -> dict[str, float]:
     """MdAPE, median signed error (%), rows within 25 %, Spearman of (predicted, measured) pairs."""
     pairs = [(p, m) for p, m in pairs if p is not None and m]
@@ -575,7 +563,7 @@ def main(argv: list[str] | None = None) -> int:
               "| split | fitted | fit MdAPE % | test MdAPE % | test signed % | test Spearman |",
               "|---|---|---:|---:|---:|---:|"]
         for name, params, s_fit, s_test in held:
-            L.append(f"| {name} | {shown_params(params) if params else 'per fold, below'} | {s_fit['mdape']:.1f} |" if s_fit else
+            L.append(f"| {name} | {params or 'per fold, below'} | {s_fit['mdape']:.1f} |" if s_fit else
                      f"| {name} | per fold, below | - |")
             L[-1] += f" {s_test['mdape']:.1f} | {s_test['signed']:+.1f} | {s_test['spearman']:.3f} |"
         L += ["", "## Fitted parameters", "",
@@ -583,11 +571,11 @@ def main(argv: list[str] | None = None) -> int:
               "|---|---|---:|---|"]
         for k, (meaning, _) in CALIBRATED.items():
             vals = sorted(p[k] for p in fold_params.values())
-            L.append(f"| `{k}` | {meaning} | {shown(k, report['fitted_on_all_dev_rows'][k])} | "
-                     f"{shown(k, vals[0])} - {shown(k, statistics.median(vals))} - {shown(k, vals[-1])} |")
+            L.append(f"| `{k}` | {meaning} | {report['fitted_on_all_dev_rows'][k]:g} | "
+                     f"{vals[0]:g} - {statistics.median(vals):g} - {vals[-1]:g} |")
         L.append("")
     L += ["## Product defaults, in sample", "",
-          f"`Runtime()` defaults (the fit on all perf-overview rows): {shown_params(defaults)}.", "",
+          f"`Runtime()` defaults (the fit on all perf-overview rows): {defaults}.", "",
           "| group | n | MdAPE % | median signed % | within 25 % | Spearman |", "|---|---:|---:|---:|---:|---:|"]
     for name, s in groups:
         L.append(f"| {name} | {s['n']} | {s['mdape']:.1f} | {s['signed']:+.1f} | {s['within25']} | {s['spearman']:.3f} |")

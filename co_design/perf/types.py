@@ -32,6 +32,7 @@ class Runtime:
     * ``kv_cache_memory_fraction``: share of the memory left after weights,
       activations and the reserve that the KV cache may take (TensorRT-LLM
       ``KvCacheConfig.free_gpu_memory_fraction`` default 0.9).
+    * ``reserve_bytes``: CUDA context, library workspaces, CUDA graphs, per GPU.
 
     Efficiencies and overheads, each a separate physical quantity, fitted on the
     training folds of the published serving rows: max-throughput rows and, weighing
@@ -72,10 +73,6 @@ class Runtime:
       behind GPU work.
     * ``request_overhead_s``: host time per request in flight per iteration
       (scheduling, sampling, detokenization bookkeeping) not hidden behind GPU work.
-    * ``reserve_bytes``: bytes per GPU the runtime holds beyond the weights, the
-      KV cache and the modelled activation buffers (CUDA context, library and
-      communication workspaces, CUDA graphs, allocator slack). It sets the KV
-      pool, so the batch, wherever memory binds.
 
     Routing statistics (from a published measurement, not fitted):
 
@@ -91,17 +88,17 @@ class Runtime:
     max_batch: int = 2048
     max_num_tokens: int = 8192
     kv_cache_memory_fraction: float = 0.9
-    reserve_bytes: float = 12.0 * 2**30
-    compute_efficiency: float = 1.0
+    reserve_bytes: float = 3.0 * 2**30
+    compute_efficiency: float = 0.9
     nvfp4_compute_efficiency: float = 0.6
-    bandwidth_efficiency: float = 0.9
+    bandwidth_efficiency: float = 1.0
     grouped_gemm_efficiency: float = 0.2
-    attention_efficiency: float = 1.0
+    attention_efficiency: float = 0.8
     expert_tile_overhead_s: float = 1e-6
-    collective_efficiency: float = 0.7
-    kernel_gap_s: float = 4e-6
-    collective_overhead_s: float = 15e-6
-    iteration_overhead_s: float = 0.0
+    collective_efficiency: float = 0.8
+    kernel_gap_s: float = 2e-6
+    collective_overhead_s: float = 20e-6
+    iteration_overhead_s: float = 1e-3
     request_overhead_s: float = 10e-6
     moe_expert_load_cv: float = 1.28
 
