@@ -33,6 +33,10 @@ class Runtime:
       activations and the reserve that the KV cache may take (TensorRT-LLM
       ``KvCacheConfig.free_gpu_memory_fraction`` default 0.9).
     * ``reserve_bytes``: CUDA context, library workspaces, CUDA graphs, per GPU.
+      Stated, not fitted: fitted with the quantities below, it rose to 6-16 GiB
+      across folds and did not hold out (close-pair concordance 81 % held out
+      either way; leave-one-model-out error 8.0 % -> 15.5 %), so it traded
+      memory against the rate factors instead of measuring memory.
 
     Efficiencies and overheads, each a separate physical quantity, fitted on the
     training folds of the published serving rows: max-throughput rows and, weighing
