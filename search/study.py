@@ -119,15 +119,7 @@ def make_storage(
         return _open_journal(Path(path), say), f"journal://{os.path.abspath(path)}"
     shown = redact(url)  # shown in logs and summary.json: no password
     try:
-        with warnings.catch_warnings():  # heartbeat_interval is marked experimental in optuna 5.0
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            storage = _HeartbeatStorage(
-                url,
-                engine_kwargs={"pool_pre_ping": True},
-                heartbeat_interval=HEARTBEAT_INTERVAL_S,
-                grace_period=GRACE_PERIOD_S,
-                heartbeat_stale_trial_callback=functools.partial(_retry_stale_trial, n_trials=n_trials),
-            )
+        storage = _open_database(url, n_trials)
     except Exception as exc:  # unknown dialect, missing driver, unreachable server, bad credentials
         text = redact(" ".join(str(exc).split())[:300])
         raise ConfigError(
@@ -138,6 +130,41 @@ def make_storage(
             ]
         ) from None
     return storage, shown
+
+
+#: attempts at opening a database storage whose schema another worker is creating at the same moment
+SCHEMA_RACE_ATTEMPTS = 5
+
+
+def _open_database(url: str, n_trials: int | None) -> "_HeartbeatStorage":
+    """``_HeartbeatStorage`` on ``url``, tolerating workers that create a new database's schema together.
+
+    Optuna creates its tables when a storage first opens a database. Workers started at once on
+    a new database race on that: the loser's ``CREATE TYPE``/``CREATE TABLE`` or its version row
+    collides with the winner's (``IntegrityError``, or ``ProgrammingError`` "already exists" on
+    PostgreSQL). Such an attempt is repeated (the schema is then there, and is only checked), up
+    to :data:`SCHEMA_RACE_ATTEMPTS` times; any other error is raised at once.
+    """
+    from sqlalchemy.exc import IntegrityError, ProgrammingError
+
+    for attempt in range(1, SCHEMA_RACE_ATTEMPTS + 1):
+        try:
+            with warnings.catch_warnings():  # heartbeat_interval is marked experimental in optuna 5.0
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return _HeartbeatStorage(
+                    url,
+                    engine_kwargs={"pool_pre_ping": True},
+                    heartbeat_interval=HEARTBEAT_INTERVAL_S,
+                    grace_period=GRACE_PERIOD_S,
+                    heartbeat_stale_trial_callback=functools.partial(_retry_stale_trial, n_trials=n_trials),
+                )
+        except (IntegrityError, ProgrammingError) as exc:
+            collided = isinstance(exc, IntegrityError) or "already exists" in str(exc)
+            if not collided or attempt == SCHEMA_RACE_ATTEMPTS:
+                raise
+            log.info("storage schema being created by another worker (%s); opening again", type(exc).__name__)
+            time.sleep(0.2 * attempt)
+    raise AssertionError("unreachable")
 
 
 #: seconds between a running trial's heartbeats, and without one after which it is failed as interrupted

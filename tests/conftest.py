@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -28,3 +31,26 @@ def postgres_url() -> str:
             pytest.fail("CI=true but no PostgreSQL answers at 127.0.0.1:5432/test (start it: .ci/run does)")
         pytest.skip("no PostgreSQL at 127.0.0.1:5432/test")
     return POSTGRES_URL
+
+
+@contextmanager
+def _new_postgres_database() -> Iterator[str]:
+    """A PostgreSQL database created for the caller and dropped afterwards: Optuna has not created its schema in
+    it yet, as on a user's first run."""
+    import psycopg
+
+    name = f"co_design_{uuid.uuid4().hex[:12]}"
+    admin = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def new_postgres_database(postgres_url):
+    """Makes a new, empty PostgreSQL database per ``with new_postgres_database() as url:`` (dropped after)."""
+    return _new_postgres_database

@@ -1,14 +1,19 @@
-"""The journal storage survives a crash mid-write (search/study.py).
+"""Opening storages (search/study.py).
 
-A study with finished trials is cut inside its last record, as a process killed
-mid-write leaves it; opening it the project's way must keep every finished trial,
-take new ones, reload cleanly afterwards, keep the original bytes in a backup and say
-so in one line. A valid journal is never touched.
+The journal storage survives a crash mid-write: a study with finished trials is cut
+inside its last record, as a process killed mid-write leaves it; opening it the
+project's way must keep every finished trial, take new ones, reload cleanly afterwards,
+keep the original bytes in a backup and say so in one line. A valid journal is never
+touched.
+
+A database storage opens for every worker started at once on a new database, although
+they race to create Optuna's schema in it.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 
 import optuna
 import pytest
@@ -16,6 +21,8 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
+from search import study as study_module
+from search.config import ConfigError
 from search.study import make_storage
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -122,3 +129,75 @@ def test_a_journal_given_by_url_is_repaired_too_and_a_new_one_is_created(tmp_pat
     fresh = tmp_path / "b" / "new.journal"
     make_storage(str(fresh), tmp_path, say=pytest.fail)
     assert fresh.is_file() and fresh.stat().st_size == 0
+
+
+# --------------------------------------------------------------------------- database storages
+def _open_at_barrier(url, run_dir, barrier, results):
+    barrier.wait()  # every worker opens the storage at the same moment, as workers started together do
+    try:
+        make_storage(url, run_dir)
+        results.put("ok")
+    except ConfigError as exc:
+        results.put(str(exc))
+
+
+def _open_together(url, run_dir, workers):
+    ctx = multiprocessing.get_context("fork")
+    barrier, results = ctx.Barrier(workers), ctx.Queue()
+    procs = [ctx.Process(target=_open_at_barrier, args=(url, run_dir, barrier, results)) for _ in range(workers)]
+    for p in procs:
+        p.start()
+    outcome = [results.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    return outcome
+
+
+@pytest.mark.slow
+def test_workers_opening_a_new_database_together_all_get_the_storage(tmp_path, new_postgres_database):
+    # Without the retry most rounds fail: the loser of the race on Optuna's schema gets
+    # "duplicate key value violates unique constraint" on CREATE TYPE studydirection
+    for _ in range(3):
+        with new_postgres_database() as url:
+            assert _open_together(url, tmp_path, workers=4) == ["ok"] * 4
+
+
+class _Collision(Exception):
+    pass
+
+
+def _failing_storage(errors):
+    """A stand-in for the heartbeat storage class: raises ``errors`` in turn, then opens."""
+    calls = []
+
+    def open_storage(url, **kwargs):
+        calls.append(url)
+        if len(calls) <= len(errors):
+            raise errors[len(calls) - 1]
+        return "storage"
+
+    return open_storage, calls
+
+
+def test_a_schema_collision_is_retried_and_any_other_database_error_is_not(tmp_path, monkeypatch):
+    from sqlalchemy.exc import IntegrityError, ProgrammingError
+
+    monkeypatch.setattr(study_module.time, "sleep", lambda s: None)
+    dup_type = IntegrityError("CREATE TYPE studydirection", {}, _Collision("duplicate key value"))
+    dup_table = ProgrammingError("CREATE TABLE studies", {}, _Collision('relation "studies" already exists'))
+    opener, calls = _failing_storage([dup_type, dup_table])
+    monkeypatch.setattr(study_module, "_HeartbeatStorage", opener)
+    assert make_storage("postgresql+psycopg://u@h/db", tmp_path)[0] == "storage" and len(calls) == 3
+
+    denied = ProgrammingError("SELECT", {}, _Collision("permission denied for schema public"))
+    opener, calls = _failing_storage([denied])
+    monkeypatch.setattr(study_module, "_HeartbeatStorage", opener)
+    with pytest.raises(ConfigError, match="permission denied"):
+        make_storage("postgresql+psycopg://u@h/db", tmp_path)
+    assert len(calls) == 1  # not retried
+
+    opener, calls = _failing_storage([dup_type] * study_module.SCHEMA_RACE_ATTEMPTS)
+    monkeypatch.setattr(study_module, "_HeartbeatStorage", opener)
+    with pytest.raises(ConfigError, match="cannot be opened"):
+        make_storage("postgresql+psycopg://u@h/db", tmp_path)
+    assert len(calls) == study_module.SCHEMA_RACE_ATTEMPTS
