@@ -147,7 +147,8 @@ def _open_database(url: str, n_trials: int | None) -> "_HeartbeatStorage":
     """
     from sqlalchemy.exc import IntegrityError, ProgrammingError
 
-    for attempt in range(1, SCHEMA_RACE_ATTEMPTS + 1):
+    attempt = 1
+    while True:
         try:
             with warnings.catch_warnings():  # heartbeat_interval is marked experimental in optuna 5.0
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -164,7 +165,7 @@ def _open_database(url: str, n_trials: int | None) -> "_HeartbeatStorage":
                 raise
             log.info("storage schema being created by another worker (%s); opening again", type(exc).__name__)
             time.sleep(0.2 * attempt)
-    raise AssertionError("unreachable")
+            attempt += 1
 
 
 #: seconds between a running trial's heartbeats, and without one after which it is failed as interrupted

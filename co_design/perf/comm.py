@@ -48,12 +48,16 @@ def link_bytes_per_s(gpu: "GPU", n: int, efficiency: float = 1.0) -> float:
     return peak * gpu.collective_efficiency * efficiency
 
 
+def _link(gpu: "GPU", n: int, span: int | None, efficiency: float, overhead_s: float) -> tuple[int, float, float]:
+    """(GPUs the group spans, bytes/s per GPU, seconds per synchronization step) of a collective among ``n``."""
+    group = n if span is None else max(n, span)
+    return group, link_bytes_per_s(gpu, group, efficiency), gpu.collective_latency_s + overhead_s
+
+
 def _all_reduce(nbytes: float, n: int, gpu: "GPU", span: int | None, efficiency: float, overhead_s: float,
                 algorithm: str) -> tuple[float, str]:
     """(seconds, algorithm charged) of an all-reduce among ``n > 1`` GPUs (arguments of :func:`collective_time_s`)."""
-    group = n if span is None else max(n, span)
-    bw = link_bytes_per_s(gpu, group, efficiency)
-    step_s = gpu.collective_latency_s + overhead_s
+    group, bw, step_s = _link(gpu, n, span, efficiency, overhead_s)
     two_shot = 2.0 * step_s + 2.0 * (n - 1) / n * nbytes / bw
     if algorithm == "two_shot" or group > gpu.nvlink_domain:
         return two_shot, "two_shot"
@@ -89,8 +93,7 @@ def collective_time_s(kind: str, nbytes: float, n: int, gpu: "GPU", *, span: int
         return 0.0
     if kind == "all_reduce":
         return _all_reduce(nbytes, n, gpu, span, efficiency, overhead_s, algorithm)[0]
-    bw = link_bytes_per_s(gpu, n if span is None else max(n, span), efficiency)
-    step_s = gpu.collective_latency_s + overhead_s
+    _, bw, step_s = _link(gpu, n, span, efficiency, overhead_s)
     if kind == "p2p":
         return step_s + nbytes / bw
     return step_s + _FACTOR[kind] * (n - 1) / n * nbytes / bw
