@@ -311,13 +311,16 @@ class _Table:
         self.coll_oh = runtime.collective_overhead_s
         self.bw = gpu.hbm_bytes_per_s * gpu.memory_efficiency * self.bw_eff
         self.by_bound = {"compute": 0.0, "memory": 0.0, "communication": 0.0}
+        self.precs: dict[tuple[str, str], str] = {}  # (weights, activations) -> math precision
 
     def gemm(self, name: str, m: float, n: int, k: int, count: float, *, w: str, a: str, groups: int = 1,
              grouped: bool = False) -> None:
         m = math.ceil(m)
         if m <= 0 or n <= 0 or k <= 0 or count <= 0:
             return
-        prec = math_precision(w, a, self.gpu)
+        prec = self.precs.get((w, a))
+        if prec is None:
+            prec = self.precs[w, a] = math_precision(w, a, self.gpu)
         eff = (self.fp4_eff if prec == "nvfp4" else self.eff) * (self.grouped if grouped else 1.0)
         g = gemm(self.gpu, m, n, k, weights=w, activations=a, groups=groups, efficiency=eff,
                  bandwidth_efficiency=self.bw_eff, tile_overhead_s=self.tile_oh if grouped else 0.0,

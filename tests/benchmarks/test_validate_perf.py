@@ -51,3 +51,45 @@ def test_latency_folds_refit_without_each_latency_only_model_and_predict_it(tmp_
         assert r["held_out"]["latency_predicted"] != r["in_sample"]["latency_predicted"]
     text = (tmp_path / "latency_folds.md").read_text()
     assert all(f"| {r['id']} |" in text for r in rows) and "held out" in text
+
+
+def test_inert_params_cannot_move_any_published_row():
+    """The memo keys a row on its non-inert parameters only: every inert one, moved far, leaves the row's
+    prediction unchanged, on every published row (and moving the same values on the other rows does move
+    some, so the values are not themselves inert)."""
+    import json
+
+    from co_design.perf import Runtime
+
+    base = {k: getattr(Runtime(), k) for k in vp.CALIBRATED}
+    moved = {"nvfp4_compute_efficiency": 0.3, "grouped_gemm_efficiency": 0.5, "expert_tile_overhead_s": 12e-6,
+             "collective_efficiency": 0.3, "collective_overhead_s": 60e-6}
+    assert set(moved) == set().union(*(vp.inert_params(r) for r in json.loads(vp.DATA.read_text())))
+    rows = [r for f in (vp.DATA, vp.LOW_DATA, vp.TEST_DATA) for r in json.loads(f.read_text())
+            if vp.is_mlperf(r) or (r.get("isl") and r.get("osl"))]
+    changed = {k: 0 for k in moved}
+    for r in rows:
+        ref = vp.predict_row(r, Runtime(**base))
+        inert = vp.inert_params(r)
+        assert vp.predict_row(r, Runtime(**{**base, **{k: moved[k] for k in inert}})) == ref, (r["id"], inert)
+        live = [k for k in moved if k not in inert]
+        if live and vp.predict_row(r, Runtime(**{**base, **{k: moved[k] for k in live}})) != ref:
+            changed.update({k: changed[k] + 1 for k in live})
+    assert all(changed.values()), changed
+
+
+def test_predictor_memo_repredicts_only_the_rows_a_parameter_can_move():
+    import json
+
+    from co_design.perf import Runtime
+
+    rows = [r for r in json.loads(vp.DATA.read_text()) if not vp.is_mlperf(r)][:40]
+    base = {k: getattr(Runtime(), k) for k in vp.CALIBRATED}
+    p = vp.Predictor(1)
+    first = p(rows, base)
+    n = len(p.cache)
+    again = p(rows, {**base, "nvfp4_compute_efficiency": 0.3})
+    fp4 = [r for r in rows if "nvfp4_compute_efficiency" not in vp.inert_params(r)]
+    assert 0 < len(fp4) < len(rows)
+    assert len(p.cache) == n + len(fp4)  # only the FP4 rows were predicted again
+    assert [a for a, r in zip(again, rows) if r not in fp4] == [a for a, r in zip(first, rows) if r not in fp4]
