@@ -297,7 +297,8 @@ class _Table:
     deployment's :class:`Runtime`: ``compute_efficiency`` on FLOP rates
     (``nvfp4_compute_efficiency`` for FP4 GEMMs; times
     ``grouped_gemm_efficiency`` for grouped expert GEMMs), ``bandwidth_efficiency``
-    on HBM (both times ``attention_efficiency`` for attention kernels),
+    on HBM (times ``grouped_gemm_bandwidth_efficiency`` for grouped expert GEMMs;
+    both rates times ``attention_efficiency`` for attention kernels),
     ``collective_efficiency`` on links.
     """
 
@@ -305,6 +306,7 @@ class _Table:
         self.gpu, self.phase, self.rows, self.keep = gpu, phase, [], keep
         self.eff, self.bw_eff = runtime.compute_efficiency, runtime.bandwidth_efficiency
         self.grouped, self.coll = runtime.grouped_gemm_efficiency, runtime.collective_efficiency
+        self.grouped_bw = runtime.grouped_gemm_bandwidth_efficiency
         self.attn, self.fp4_eff = runtime.attention_efficiency, runtime.nvfp4_compute_efficiency
         self.tile_oh = runtime.expert_tile_overhead_s
         self.kernel_oh = gpu.kernel_overhead_s + runtime.kernel_gap_s  # seconds per kernel launched
@@ -323,7 +325,8 @@ class _Table:
             prec = self.precs[w, a] = math_precision(w, a, self.gpu)
         eff = (self.fp4_eff if prec == "nvfp4" else self.eff) * (self.grouped if grouped else 1.0)
         g = gemm(self.gpu, m, n, k, weights=w, activations=a, groups=groups, efficiency=eff,
-                 bandwidth_efficiency=self.bw_eff, tile_overhead_s=self.tile_oh if grouped else 0.0,
+                 bandwidth_efficiency=self.bw_eff * (self.grouped_bw if grouped else 1.0),
+                 tile_overhead_s=self.tile_oh if grouped else 0.0,
                  token_tiles=grouped, kernel_overhead_s=self.kernel_oh)
         self.by_bound[g[1]] += g[0] * count
         if not self.keep:

@@ -12,7 +12,8 @@ from co_design.perf.ops import (attended_pairs, busiest_rank_experts, busiest_ra
                                 expected_max_normal, ranks_per_token, step_ops)
 from co_design.perf.roofline import bytes_per_element, gemm, math_precision, roofline, tile_wave
 
-IDEAL = Runtime(compute_efficiency=1.0, bandwidth_efficiency=1.0, grouped_gemm_efficiency=1.0, iteration_overhead_s=0.0,
+IDEAL = Runtime(compute_efficiency=1.0, bandwidth_efficiency=1.0, grouped_gemm_efficiency=1.0,
+                grouped_gemm_bandwidth_efficiency=1.0, iteration_overhead_s=0.0,
                 request_overhead_s=0.0, moe_expert_load_cv=0.0)
 
 

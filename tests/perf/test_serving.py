@@ -264,14 +264,16 @@ def test_pipeline_parallel_splits_layers_and_weights():
 
 
 def test_runtime_validation_and_ideal_runtime_is_faster():
-    for name in ("compute_efficiency", "bandwidth_efficiency", "grouped_gemm_efficiency", "collective_efficiency"):
+    for name in ("compute_efficiency", "bandwidth_efficiency", "grouped_gemm_efficiency",
+                 "grouped_gemm_bandwidth_efficiency", "collective_efficiency"):
         with pytest.raises(ValueError, match=name):
             Runtime(**{name: 1.5})
     with pytest.raises(ValueError, match="moe_expert_load_cv"):
         Runtime(moe_expert_load_cv=-0.1)
     d = Deployment(isl=512, osl=512, concurrency=64)
     ideal = d.replace(runtime=Runtime(compute_efficiency=1.0, bandwidth_efficiency=1.0, grouped_gemm_efficiency=1.0,
-                                      request_overhead_s=0.0, iteration_overhead_s=0.0))
+                                      grouped_gemm_bandwidth_efficiency=1.0, request_overhead_s=0.0,
+                                      iteration_overhead_s=0.0))
     assert predict(SMALL, "b200", ideal).tpot_s < predict(SMALL, "b200", d).tpot_s
 
 
@@ -296,6 +298,21 @@ def test_efficiencies_are_separate():
     step = lambda rt: sum(step_time(llama8b, get_gpu("h100"), d.replace(runtime=rt), **pf).values())  # noqa: E731
     assert step(Runtime(compute_efficiency=0.3)) > 1.5 * step(Runtime())
     assert step(Runtime(bandwidth_efficiency=0.3)) < 1.25 * step(Runtime())
+
+
+def test_grouped_gemm_bandwidth_efficiency_slows_expert_weight_reads_only():
+    # a small-batch MoE decode streams expert weights: the grouped-GEMM bandwidth factor slows its expert GEMMs
+    # and nothing else; a dense model has no grouped GEMM and does not move
+    d = Deployment(weights="fp8", activations="fp8", isl=128, osl=128, concurrency=4)
+    slow = Runtime(grouped_gemm_bandwidth_efficiency=0.25)
+    full = Runtime(grouped_gemm_bandwidth_efficiency=1.0)
+    ops = {rt: {o.name: o.time_s for o in predict(MOE, "h100", d.replace(runtime=rt)).ops if o.phase == "decode"}
+           for rt in (slow, full)}
+    assert ops[slow]["experts_gate_up"] > 2 * ops[full]["experts_gate_up"]
+    assert ops[slow]["experts_down"] > 2 * ops[full]["experts_down"]
+    assert all(ops[slow][n] == pytest.approx(ops[full][n]) for n in ops[full] if not n.startswith("experts_"))
+    assert predict(SMALL, "h100", d.replace(runtime=slow)).tpot_s == pytest.approx(
+        predict(SMALL, "h100", d.replace(runtime=full)).tpot_s)
 
 
 def test_report_text():
