@@ -37,6 +37,7 @@ Usage::
     python benchmarks/validate_perf.py              # everything, about 35 min on 2 cores
     python benchmarks/validate_perf.py --quick      # product defaults only: figures in seconds
     python benchmarks/validate_perf.py --latency-folds  # held-out latency of the models with latency rows only
+    python benchmarks/validate_perf.py --pair-moves     # every fit also tries two-parameter moves (about 2.5x longer)
     python benchmarks/validate_perf.py --jobs 8
 """
 
@@ -351,10 +352,46 @@ def fit_error(results: list[dict[str, Any]]) -> float:
     return statistics.fmean(log_error(g) for g in groups if g)
 
 
-def fit(predictor: Predictor, rows: list[dict[str, Any]], rounds: int = 8, log: str = "") -> dict[str, float]:
-    """Coordinate descent of :data:`CALIBRATED` minimizing :func:`fit_error` on ``rows``, from two starts (an
-    idealized runtime, :data:`NEUTRAL`, and the middle of every grid), each until a round moves no parameter
-    (at most ``rounds``); the better end point wins."""
+def grid_search(err: Callable[[dict[str, float]], float], grids: dict[str, list[float]],
+                starts: list[dict[str, float]], rounds: int = 8, pair_moves: bool = False) -> dict[str, float]:
+    """Minimize ``err`` over the product of ``grids`` by coordinate descent from each of ``starts``, each until a
+    round moves no parameter (at most ``rounds``); the best end point wins.
+
+    ``pair_moves``: then, from the winner, also try moving two parameters one grid step each at once (a valley
+    along a diagonal traps coordinate descent: one quantity's loss is another's gain); the first move that
+    lowers ``err`` is taken and descended from, until a whole pass over the pairs finds none."""
+    def descend(cur: dict[str, float]) -> dict[str, float]:
+        cur = dict(cur)
+        for _ in range(rounds):
+            before = dict(cur)
+            for k, grid in grids.items():
+                cur[k] = min(grid, key=lambda v: (err({**cur, k: v}), v != cur[k]))
+            if cur == before:
+                break
+        return cur
+
+    best = min((descend(s) for s in starts), key=err)
+    if not pair_moves:
+        return best
+    moves = [((a, da), (b, db)) for a, b in itertools.combinations(grids, 2)
+             for da, db in itertools.product((-1, 1), repeat=2)]
+    i = tried = 0
+    while tried < len(moves):
+        (a, da), (b, db) = moves[i % len(moves)]
+        i, tried = i + 1, tried + 1
+        ja, jb = grids[a].index(best[a]) + da, grids[b].index(best[b]) + db
+        if not (0 <= ja < len(grids[a]) and 0 <= jb < len(grids[b])):
+            continue
+        cand = {**best, a: grids[a][ja], b: grids[b][jb]}
+        if err(cand) < err(best):
+            best, tried = descend(cand), 0
+    return best
+
+
+def fit(predictor: Predictor, rows: list[dict[str, Any]], rounds: int = 8, log: str = "",
+        pair_moves: bool = False) -> dict[str, float]:
+    """:func:`grid_search` of :data:`CALIBRATED` minimizing :func:`fit_error` on ``rows``, from two starts (an
+    idealized runtime, :data:`NEUTRAL`, and the middle of every grid)."""
     cache: dict[tuple, float] = {}
 
     def err(p: dict[str, float]) -> float:
@@ -363,31 +400,24 @@ def fit(predictor: Predictor, rows: list[dict[str, Any]], rounds: int = 8, log: 
             cache[key] = fit_error(predictor(rows, p))
         return cache[key]
 
-    ends = []
-    for start in (dict(NEUTRAL), {k: grid[len(grid) // 2] for k, (_, grid) in CALIBRATED.items()}):
-        cur = start
-        for _ in range(rounds):
-            before = dict(cur)
-            for k, (_, grid) in CALIBRATED.items():
-                cur[k] = min(grid, key=lambda v: (err({**cur, k: v}), v != cur[k]))
-            if cur == before:
-                break
-        ends.append(cur)
-    best = min(ends, key=err)
+    grids = {k: grid for k, (_, grid) in CALIBRATED.items()}
+    best = grid_search(err, grids, [dict(NEUTRAL), {k: g[len(g) // 2] for k, g in grids.items()}], rounds,
+                       pair_moves)
     if log:
         print(f"fit {log}: {best} mean |log error| {err(best):.4f}", flush=True)
     return best
 
 
 def latency_folds(predictor: Predictor, dev: list[dict[str, Any]], low: list[dict[str, Any]],
-                  out: Path) -> list[dict[str, Any]]:
+                  out: Path, pair_moves: bool = False) -> list[dict[str, Any]]:
     """Leave out, one at a time, each model with low-concurrency rows but no max-throughput rows (the main
     run's leave-one-model-out folds cover only models with max-throughput rows): refit every parameter
     without it, predict its latency rows; write ``latency_folds.md`` and ``.json`` to ``out``."""
     defaults = Runtime()
     rows = []
     for m in sorted({r["model"] for r in low} - {r["model"] for r in dev}):
-        params = fit(predictor, [r for r in dev + low if r["model"] != m], log=f"without {m}")
+        params = fit(predictor, [r for r in dev + low if r["model"] != m], log=f"without {m}",
+                     pair_moves=pair_moves)
         held = {p["id"]: p for p in predictor([r for r in low if r["model"] == m], params)}
         for r in (r for r in low if r["model"] == m):
             rows.append({"id": r["id"], "model": m, "gpu": f"{r['hardware']} x{r['num_gpus']}",
@@ -405,7 +435,8 @@ def latency_folds(predictor: Predictor, dev: list[dict[str, Any]], low: list[dic
         return f"{100 * statistics.median(errs):.1f} % over {len(errs)} rows" if errs else "-"
 
     L = ["# Held-out latency of the models with latency rows only", "",
-         "Command: `python benchmarks/validate_perf.py --latency-folds`. Each model below has published "
+         f"Command: `python benchmarks/validate_perf.py --latency-folds{' --pair-moves' if pair_moves else ''}`. "
+         "Each model below has published "
          "low-concurrency rows but no max-throughput rows, so the main run gives it no leave-one-model-out "
          "fold. Here every fitted parameter is refit without the model (its latency rows out, all other dev "
          "rows in) and its rows are predicted; the in-sample column uses the shipped `Runtime()` defaults.", "",
@@ -470,6 +501,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="product defaults only: no fits, no held-out figures")
     ap.add_argument("--fit-only", action="store_true",
                     help="fit the parameters on all perf-overview rows, print them and stop (the Runtime defaults)")
+    ap.add_argument("--pair-moves", action="store_true",
+                    help="every fit also tries moving two parameters one grid step at once after its coordinate "
+                         "descent (finds lower training error where two quantities trade off; about 2.5x the time)")
     ap.add_argument("--latency-folds", action="store_true",
                     help="refit without each model that has only low-concurrency rows, predict its rows, write "
                          "latency_folds.md/.json and stop")
@@ -482,18 +516,19 @@ def main(argv: list[str] | None = None) -> int:
     by_id = {r["id"]: r for r in rows}
     predictor = Predictor(args.jobs)
     if args.fit_only:
-        fit(predictor, dev + low, log="all perf-overview and low-concurrency rows")
+        fit(predictor, dev + low, log="all perf-overview and low-concurrency rows", pair_moves=args.pair_moves)
         predictor.close()
         return 0
     if args.latency_folds:
-        latency_folds(predictor, dev, low, Path(args.out))
+        latency_folds(predictor, dev, low, Path(args.out), pair_moves=args.pair_moves)
         predictor.close()
         return 0
     runtime = Runtime()
     defaults = {k: getattr(runtime, k) for k in CALIBRATED}
     fitted_all = None
     if not args.quick:
-        fitted_all = fit(predictor, dev + low, log="all perf-overview and low-concurrency rows (product defaults)")
+        fitted_all = fit(predictor, dev + low, log="all perf-overview and low-concurrency rows (product defaults)",
+                         pair_moves=args.pair_moves)
         if fitted_all != defaults:
             print(f"WARNING: Runtime() defaults {defaults} differ from the fit on all dev rows {fitted_all}; "
                   "this report uses the fit -- set them in co_design/perf/types.py", flush=True)
@@ -529,7 +564,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quick:
         report["fitted_on_all_dev_rows"] = fitted_all
         for m in sorted({r["model"] for r in dev}):  # a low-concurrency row's model without dev rows: no fold
-            params = fit(predictor, [r for r in dev + low if r["model"] != m], log=f"without {m}")
+            params = fit(predictor, [r for r in dev + low if r["model"] != m], log=f"without {m}",
+                         pair_moves=args.pair_moves)
             fold_params[m] = params
             for p in predictor([r for r in dev + low if r["model"] == m], params):
                 lomo_pred[p["id"]] = p["predicted"]
@@ -545,7 +581,7 @@ def main(argv: list[str] | None = None) -> int:
                   ("fit MoE models -> test dense models", lambda r: r["arch"]["family"] != "dense")]
         for name, train in splits:
             fit_rows, test = [r for r in dev + low if train(r)], [r for r in dev if not train(r)]
-            params = fit(predictor, fit_rows, log=name)
+            params = fit(predictor, fit_rows, log=name, pair_moves=args.pair_moves)
             s_fit = stats([(p["predicted"], p["measured"]) for p in predictor(fit_rows, params)
                            if "latency_measured" not in p])
             s_test = stats([(p["predicted"], p["measured"]) for p in predictor(test, params)])
@@ -568,7 +604,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "validation.json").write_text(json.dumps({"rows": results, **report}, indent=1, default=str))
     L = ["# co_design.perf vs published serving measurements", "",
-         f"Command: `python benchmarks/validate_perf.py{' --quick' if args.quick else ''}` ({len(rows)} dev rows, "
+         f"Command: `python benchmarks/validate_perf.py{' --quick' if args.quick else ''}"
+         f"{' --pair-moves' if args.pair_moves else ''}` ({len(rows)} dev rows, "
          f"{len(test_rows)} test rows; {elapsed:.2f} s for all dev-row predictions incl. mapping sweeps).", "",
          "Metric: output tokens/s per GPU at maximum throughput (MLPerf Server/Interactive: under the latency "
          "limits). MdAPE = median |pred - meas| / meas; signed = median (pred - meas) / meas.", ""]

@@ -38,7 +38,7 @@ def test_latency_folds_refit_without_each_latency_only_model_and_predict_it(tmp_
     assert only_low == {"Qwen3-8B", "GLM-4.6"}
     seen = {}
 
-    def fake_fit(predictor, rows, rounds=8, log=""):  # records what each fold was fitted on
+    def fake_fit(predictor, rows, rounds=8, log="", pair_moves=False):  # records what each fold was fitted on
         seen[log] = {r["model"] for r in rows}
         return {**vp.NEUTRAL, "kernel_gap_s": 5e-6}
 
@@ -93,3 +93,22 @@ def test_predictor_memo_repredicts_only_the_rows_a_parameter_can_move():
     assert 0 < len(fp4) < len(rows)
     assert len(p.cache) == n + len(fp4)  # only the FP4 rows were predicted again
     assert [a for a, r in zip(again, rows) if r not in fp4] == [a for a, r in zip(first, rows) if r not in fp4]
+
+
+def test_grid_search_pair_moves_leave_a_diagonal_valley_coordinate_descent_cannot():
+    """err falls along the diagonal x = y but rises when either coordinate moves alone, so coordinate descent
+    stops where it starts; moving both by one step at once walks down to the minimum at (4, 4)."""
+    grids = {"x": [0, 1, 2, 3, 4], "y": [0, 1, 2, 3, 4], "z": [0, 1]}
+    calls = []
+
+    def err(p):
+        calls.append(p)
+        return 10 * abs(p["x"] - p["y"]) - p["x"] + p["z"]
+
+    start = [{"x": 0, "y": 0, "z": 1}]
+    assert vp.grid_search(err, grids, start) == {"x": 0, "y": 0, "z": 0}
+    assert vp.grid_search(err, grids, start, pair_moves=True) == {"x": 4, "y": 4, "z": 0}
+    # the best of several starts wins; ties go to the first start
+    assert vp.grid_search(err, grids, [{"x": 0, "y": 0, "z": 0}, {"x": 2, "y": 2, "z": 0}]) == {"x": 2, "y": 2, "z": 0}
+    assert vp.grid_search(lambda p: 0.0, grids, [{"x": 1, "y": 1, "z": 0}, {"x": 3, "y": 3, "z": 0}]) == \
+        {"x": 1, "y": 1, "z": 0}
