@@ -84,12 +84,12 @@ class Runtime:
       (on top of ``bandwidth_efficiency``) that grouped MoE expert GEMMs reach when
       they stream expert weights: many small per-expert matrices, each with its own
       tile schedule and prologue, keep HBM less busy than one large GEMM. Default
-      0.69 = 0.634 / 0.92: a CUTLASS FP8 grouped GEMM (FBGEMM F8F8BF16 rowwise, the
-      kernel family of TensorRT-LLM's Hopper MoE GEMMs) moves 3043 GB/s, 63.4 % of
-      H200's 4.8 TB/s, on Qwen2-57B-A14B's TP4 expert shapes at batch 256
-      (sgl-project/sglang ``benchmark/kernels/fbgemm/README.md``), and a plain
-      stream reaches 0.92 of peak (the GPU's ``memory_efficiency``). Used for every
-      GPU (no Blackwell figure is published).
+      0.69 = 0.634 / 0.92: a CUTLASS FP8 grouped GEMM (FBGEMM's F8F8BF16 rowwise
+      kernel) moves 3043 GB/s, 63.4 % of H200's 4.8 TB/s, on Qwen2-57B-A14B's TP4
+      expert shapes at batch 256 (sgl-project/sglang
+      ``benchmark/kernels/fbgemm/README.md``), and a plain stream reaches 0.92 of
+      peak (the GPU's ``memory_efficiency``). Used for every GPU (no Blackwell
+      figure was found).
 
     Routing statistics (from a published measurement, not fitted):
 

@@ -99,10 +99,8 @@ def test_grid_search_pair_moves_leave_a_diagonal_valley_coordinate_descent_canno
     """err falls along the diagonal x = y but rises when either coordinate moves alone, so coordinate descent
     stops where it starts; moving both by one step at once walks down to the minimum at (4, 4)."""
     grids = {"x": [0, 1, 2, 3, 4], "y": [0, 1, 2, 3, 4], "z": [0, 1]}
-    calls = []
 
     def err(p):
-        calls.append(p)
         return 10 * abs(p["x"] - p["y"]) - p["x"] + p["z"]
 
     start = [{"x": 0, "y": 0, "z": 1}]
