@@ -39,6 +39,10 @@ Usage::
     python benchmarks/validate_perf.py --latency-folds  # held-out latency of the models with latency rows only
     python benchmarks/validate_perf.py --pair-moves     # every fit also tries two-parameter moves (about 2.5x longer)
     python benchmarks/validate_perf.py --jobs 8
+
+``--pair-moves`` is off by default. Tried on all seven leave-one-model-out folds (at 44ee59f), it lowered
+the training error in four of them and the held-out MdAPE from 12.9 to 10.8 %, but ordered two fewer
+held-out close pairs (119 against 121 of 140); the fit on all rows, the product's defaults, came out the same.
 """
 
 from __future__ import annotations
@@ -336,6 +340,14 @@ def concordance_text(c: dict[str, dict[str, int]]) -> str:
     return "; ".join(parts) + (f"; all within 2x: {conc}/{tot} ({100 * conc / tot:.0f} %)" if tot else "")
 
 
+TPOT_TARGET = 0.15  # the issue's target: TPOT at concurrency 1 within 15 % of the published rows
+
+
+def within_target(errors: list[float]) -> str:
+    """``"k of n within 15 %"`` for signed relative errors (predicted / measured - 1)."""
+    return f"{sum(abs(e) <= TPOT_TARGET for e in errors)} of {len(errors)} within {100 * TPOT_TARGET:.0f} %"
+
+
 # ----------------------------------------------------------------------------- fitting
 def log_error(pairs: list[tuple[float | None, float]]) -> float:
     """Mean |ln(predicted / measured)| (a row without a prediction counts as ln 10): the fit's objective,
@@ -447,6 +459,12 @@ def latency_folds(predictor: Predictor, dev: list[dict[str, Any]], low: list[dic
         L.append(f"| {r['id']} | {r['model']} | {r['gpu']} | {i.get('mapping')} | {r['concurrency']} | "
                  f"{i.get('latency_metric')} | {i.get('latency_measured', 0):.1f} | {cell(i)} | {cell(r['held_out'])} |")
     L += ["", f"Median absolute error: in sample {mdape('in_sample')}; held out {mdape('held_out')}.", ""]
+    c1 = {key: [r[key]["latency_predicted"] / r[key]["latency_measured"] - 1 for r in rows
+                if r["concurrency"] == 1 and r[key].get("latency_metric") == "tpot_ms" and r[key].get("latency_predicted")]
+          for key in ("in_sample", "held_out")}
+    if c1["in_sample"]:
+        L += [f"TPOT at concurrency 1: in sample {within_target(c1['in_sample'])}; "
+              f"held out {within_target(c1['held_out'])}.", ""]
     out.mkdir(parents=True, exist_ok=True)
     (out / "latency_folds.md").write_text("\n".join(L))
     (out / "latency_folds.json").write_text(json.dumps(rows, indent=1, default=str))
@@ -651,6 +669,7 @@ def main(argv: list[str] | None = None) -> int:
               "| id | model | GPUs | mapping | ISL/OSL | conc. | metric | measured ms | predicted ms (in sample) | "
               "held out ms |", "|---|---|---|---|---|---:|---|---:|---:|---:|"]
         errs: dict[str, list[float]] = {"in": [], "out": []}
+        c1: dict[str, list[float]] = {"in": [], "out": []}  # signed TPOT errors at concurrency 1
         for r in low:
             p, h = low_fit[r["id"]], low_lomo.get(r["id"])
 
@@ -659,6 +678,8 @@ def main(argv: list[str] | None = None) -> int:
                     return "-"
                 e = q["latency_predicted"] / q["latency_measured"] - 1
                 errs[key].append(abs(e))
+                if r["concurrency"] == 1 and q.get("latency_metric") == "tpot_ms":
+                    c1[key].append(e)
                 return f"{q['latency_predicted']:.1f} ({100 * e:+.0f} %)"
 
             L.append(f"| {r['id']} | {r['model']} | {r['hardware']} x{r['num_gpus']} | {p.get('mapping')} | "
@@ -667,6 +688,9 @@ def main(argv: list[str] | None = None) -> int:
         summ = [f"{label} median absolute error {100 * statistics.median(v):.1f} % over {len(v)} rows"
                 for label, v in (("in sample", errs["in"]), ("held out", errs["out"])) if v]
         L += ["", "; ".join(summ) + ".", ""]
+        if c1["in"]:
+            L += [f"TPOT at concurrency 1: in sample {within_target(c1['in'])}"
+                  + (f"; held out {within_target(c1['out'])}" if c1["out"] else "") + ".", ""]
     if test:
         L += ["## Test set (never fitted): benchmarks/data/published_latency.json", "",
               "Low-concurrency latency (concurrency <= 64, no speculative decoding), product defaults:", "",
@@ -683,11 +707,12 @@ def main(argv: list[str] | None = None) -> int:
                      f"{it['concurrency']} | {tp} | {tt} | {e2e} |")
             if "meas_tpot_ms" in it:
                 tpot_err.append((it["concurrency"], it["pred_tpot_ms"] / it["meas_tpot_ms"] - 1))
-        c1 = [abs(e) for c, e in tpot_err if c == 1]
+        c1 = [e for c, e in tpot_err if c == 1]
         allc = [abs(e) for _, e in tpot_err]
         if allc:
             L += ["", f"TPOT median absolute error: {100 * statistics.median(allc):.1f} % over {len(allc)} rows"
-                  + (f"; at concurrency 1: {', '.join(f'{100 * e:.1f} %' for e in c1)}" if c1 else "") + "."]
+                  + (f"; at concurrency 1: {', '.join(f'{100 * abs(e):.1f} %' for e in c1)} "
+                     f"({within_target(c1)})" if c1 else "") + "."]
         st = stats([(t["predicted"], t["measured"]) for t in test["throughput"]])
         L += ["", f"Max-load throughput rows: n={st['n']}, MdAPE {st['mdape']:.1f} %, signed {st['signed']:+.1f} %, "
               f"Spearman {st['spearman']:.3f}.", ""]

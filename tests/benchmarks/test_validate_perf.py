@@ -51,6 +51,13 @@ def test_latency_folds_refit_without_each_latency_only_model_and_predict_it(tmp_
         assert r["held_out"]["latency_predicted"] != r["in_sample"]["latency_predicted"]
     text = (tmp_path / "latency_folds.md").read_text()
     assert all(f"| {r['id']} |" in text for r in rows) and "held out" in text
+    n1 = sum(r["concurrency"] == 1 for r in rows)
+    assert n1 and "TPOT at concurrency 1: in sample " in text and f" of {n1} within 15 %; held out " in text
+
+
+def test_within_target_counts_both_signs_and_the_boundary():
+    assert vp.within_target([0.15, -0.15, 0.151, -0.2, 0.0]) == "3 of 5 within 15 %"
+    assert vp.within_target([]) == "0 of 0 within 15 %"
 
 
 def test_inert_params_cannot_move_any_published_row():
