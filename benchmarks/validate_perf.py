@@ -340,7 +340,7 @@ def concordance_text(c: dict[str, dict[str, int]]) -> str:
     return "; ".join(parts) + (f"; all within 2x: {conc}/{tot} ({100 * conc / tot:.0f} %)" if tot else "")
 
 
-TPOT_TARGET = 0.15  # the target: TPOT at concurrency 1 within 15 % of the published rows
+TPOT_TARGET = 0.15  # the validation target for small-batch latency: TPOT at concurrency 1 within 15 % of the published rows
 
 
 def within_target(errors: list[float]) -> str:
