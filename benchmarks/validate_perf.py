@@ -340,12 +340,24 @@ def concordance_text(c: dict[str, dict[str, int]]) -> str:
     return "; ".join(parts) + (f"; all within 2x: {conc}/{tot} ({100 * conc / tot:.0f} %)" if tot else "")
 
 
-TPOT_TARGET = 0.15  # the validation target for small-batch latency: TPOT at concurrency 1 within 15 % of the published rows
+TPOT_TARGET = 0.15  # small-batch latency target: TPOT at concurrency 1 within 15 % of the published rows
 
 
 def within_target(errors: list[float]) -> str:
     """``"k of n within 15 %"`` for signed relative errors (predicted / measured - 1)."""
     return f"{sum(abs(e) <= TPOT_TARGET for e in errors)} of {len(errors)} within {100 * TPOT_TARGET:.0f} %"
+
+
+def latency_error(q: dict[str, Any] | None) -> float | None:
+    """Signed relative error of a latency row's prediction (:func:`predict_row`): predicted / measured - 1;
+    None when the model could not serve the row."""
+    return q["latency_predicted"] / q["latency_measured"] - 1 if q and q.get("latency_predicted") else None
+
+
+def concurrency_1_tpot_errors(items: list[tuple[int | None, dict[str, Any] | None]]) -> list[float]:
+    """Signed TPOT errors of the ``(concurrency, prediction)`` items measured at concurrency 1."""
+    return [e for c, q in items if c == 1 and q and q.get("latency_metric") == "tpot_ms"
+            and (e := latency_error(q)) is not None]
 
 
 # ----------------------------------------------------------------------------- fitting
@@ -437,13 +449,11 @@ def latency_folds(predictor: Predictor, dev: list[dict[str, Any]], low: list[dic
                          "held_out": held[r["id"]], "fold_params": params})
 
     def cell(q: dict[str, Any]) -> str:
-        if not q.get("latency_predicted"):
-            return "-"
-        return f"{q['latency_predicted']:.1f} ({100 * (q['latency_predicted'] / q['latency_measured'] - 1):+.0f} %)"
+        e = latency_error(q)
+        return "-" if e is None else f"{q['latency_predicted']:.1f} ({100 * e:+.0f} %)"
 
     def mdape(key: str) -> str:
-        errs = [abs(r[key]["latency_predicted"] / r[key]["latency_measured"] - 1) for r in rows
-                if r[key].get("latency_predicted")]
+        errs = [abs(e) for r in rows if (e := latency_error(r[key])) is not None]
         return f"{100 * statistics.median(errs):.1f} % over {len(errs)} rows" if errs else "-"
 
     L = ["# Held-out latency of the models with latency rows only", "",
@@ -459,8 +469,7 @@ def latency_folds(predictor: Predictor, dev: list[dict[str, Any]], low: list[dic
         L.append(f"| {r['id']} | {r['model']} | {r['gpu']} | {i.get('mapping')} | {r['concurrency']} | "
                  f"{i.get('latency_metric')} | {i.get('latency_measured', 0):.1f} | {cell(i)} | {cell(r['held_out'])} |")
     L += ["", f"Median absolute error: in sample {mdape('in_sample')}; held out {mdape('held_out')}.", ""]
-    c1 = {key: [r[key]["latency_predicted"] / r[key]["latency_measured"] - 1 for r in rows
-                if r["concurrency"] == 1 and r[key].get("latency_metric") == "tpot_ms" and r[key].get("latency_predicted")]
+    c1 = {key: concurrency_1_tpot_errors([(r["concurrency"], r[key]) for r in rows])
           for key in ("in_sample", "held_out")}
     if c1["in_sample"]:
         L += [f"TPOT at concurrency 1: in sample {within_target(c1['in_sample'])}; "
@@ -669,17 +678,14 @@ def main(argv: list[str] | None = None) -> int:
               "| id | model | GPUs | mapping | ISL/OSL | conc. | metric | measured ms | predicted ms (in sample) | "
               "held out ms |", "|---|---|---|---|---|---:|---|---:|---:|---:|"]
         errs: dict[str, list[float]] = {"in": [], "out": []}
-        c1: dict[str, list[float]] = {"in": [], "out": []}  # signed TPOT errors at concurrency 1
         for r in low:
             p, h = low_fit[r["id"]], low_lomo.get(r["id"])
 
             def cell(q: dict[str, Any] | None, key: str) -> str:
-                if not q or not q.get("latency_predicted"):
+                e = latency_error(q)
+                if e is None:
                     return "-"
-                e = q["latency_predicted"] / q["latency_measured"] - 1
                 errs[key].append(abs(e))
-                if r["concurrency"] == 1 and q.get("latency_metric") == "tpot_ms":
-                    c1[key].append(e)
                 return f"{q['latency_predicted']:.1f} ({100 * e:+.0f} %)"
 
             L.append(f"| {r['id']} | {r['model']} | {r['hardware']} x{r['num_gpus']} | {p.get('mapping')} | "
@@ -688,6 +694,8 @@ def main(argv: list[str] | None = None) -> int:
         summ = [f"{label} median absolute error {100 * statistics.median(v):.1f} % over {len(v)} rows"
                 for label, v in (("in sample", errs["in"]), ("held out", errs["out"])) if v]
         L += ["", "; ".join(summ) + ".", ""]
+        c1 = {key: concurrency_1_tpot_errors([(r["concurrency"], pred.get(r["id"])) for r in low])
+              for key, pred in (("in", low_fit), ("out", low_lomo))}
         if c1["in"]:
             L += [f"TPOT at concurrency 1: in sample {within_target(c1['in'])}"
                   + (f"; held out {within_target(c1['out'])}" if c1["out"] else "") + ".", ""]

@@ -55,6 +55,14 @@ def test_latency_folds_refit_without_each_latency_only_model_and_predict_it(tmp_
     assert n1 and "TPOT at concurrency 1: in sample " in text and f" of {n1} within 15 %; held out " in text
 
 
+def test_concurrency_1_tpot_errors_keep_only_served_tpot_rows_at_concurrency_1():
+    tpot = {"latency_metric": "tpot_ms", "latency_measured": 10.0, "latency_predicted": 8.0}
+    items = [(1, tpot), (16, tpot), (1, {**tpot, "latency_metric": "e2e_ms"}),
+             (1, {**tpot, "latency_predicted": None}), (1, None), (None, tpot)]
+    assert vp.concurrency_1_tpot_errors(items) == [pytest.approx(-0.2)]
+    assert vp.latency_error(tpot) == pytest.approx(-0.2) and vp.latency_error(None) is None
+
+
 def test_within_target_counts_both_signs_and_the_boundary():
     assert vp.within_target([0.15, -0.15, 0.151, -0.2, 0.0]) == "3 of 5 within 15 %"
     assert vp.within_target([]) == "0 of 0 within 15 %"
