@@ -17,7 +17,9 @@ What is reported (benchmarks/results/validation.md + validation.json):
 1. **Close-pair concordance** (the headline: a search decides between candidates 10-30 % apart).
    Pairs of rows on the same GPU and ISL/OSL, banded by their measured throughput ratio (<= 1.25x,
    1.25-1.5x, 1.5-2x); a pair is concordant when the model orders it as measured. Reported for
-   held-out predictions (each row predicted by parameters fitted without its model).
+   held-out predictions (each row predicted by parameters fitted without its model), overall and by
+   the families a pair compares (dense-dense, dense-MoE, MoE-MoE): a search compares shapes of one
+   family, so the pairs that mix families say least about it.
 2. **Held-out accuracy**: leave-one-model-out (every fitted parameter refit without the model) and four
    named splits (Hopper <-> Blackwell, which is also FP8 <-> FP4 on this data; dense <-> MoE).
 3. **Fitted values and their spread across the leave-one-model-out folds**, and the product's defaults
@@ -332,12 +334,28 @@ def same_setting(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return a["hardware"] == b["hardware"] and (a.get("isl"), a.get("osl")) == (b.get("isl"), b.get("osl"))
 
 
+PAIR_KINDS = ("dense-dense", "dense-MoE", "MoE-MoE")
+
+
+def pair_kind(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """Which families a pair compares: a dense search decides dense-dense pairs, an MoE search MoE-MoE ones."""
+    return PAIR_KINDS[sum(r["arch"]["family"] != "dense" for r in (a, b))]
+
+
+def concordance_by_kind(rows: list[dict[str, Any]], predicted: dict[str, float | None],
+                        same: Callable[[dict[str, Any], dict[str, Any]], bool]) -> dict[str, dict[str, dict[str, int]]]:
+    """:func:`concordance` split by :func:`pair_kind`: {kind: {band: {"pairs": n, "concordant": c}}}."""
+    return {kind: concordance(rows, predicted, lambda a, b, k=kind: same(a, b) and pair_kind(a, b) == k)
+            for kind in PAIR_KINDS}
+
+
 def concordance_text(c: dict[str, dict[str, int]]) -> str:
     parts = [f"{band}: {v['concordant']}/{v['pairs']} ({100 * v['concordant'] / v['pairs']:.0f} %)"
              if v["pairs"] else f"{band}: -" for band, v in c.items()]
     tot = sum(v["pairs"] for v in c.values())
     conc = sum(v["concordant"] for v in c.values())
-    return "; ".join(parts) + (f"; all within 2x: {conc}/{tot} ({100 * conc / tot:.0f} %)" if tot else "")
+    return "; ".join(parts) + (f"; all within 2x: {conc}/{tot} ({100 * conc / tot:.0f} %)" if tot else
+                               "; no pair within 2x")
 
 
 TPOT_TARGET = 0.15  # small-batch latency target: TPOT at concurrency 1 within 15 % of the published rows
@@ -514,7 +532,10 @@ def score_test_set(rows: list[dict[str, Any]], predictor: Predictor, params: dic
         if "bf16" in d and "fp8" in d and d["bf16"]["predicted"] and d["fp8"]["predicted"]:
             pairs.append({"key": key, "meas_ratio": d["fp8"]["measured"] / d["bf16"]["measured"],
                           "pred_ratio": d["fp8"]["predicted"] / d["bf16"]["predicted"]})
-    return {"latency": latency, "throughput": throughput, "precision_pairs": pairs}
+    ids = {t["id"] for t in throughput}
+    close = concordance_by_kind([r for r in scored if r["id"] in ids], {t["id"]: t["predicted"] for t in throughput},
+                                same_setting)
+    return {"latency": latency, "throughput": throughput, "precision_pairs": pairs, "concordance_by_kind": close}
 
 
 # ----------------------------------------------------------------------------- main
@@ -581,11 +602,13 @@ def main(argv: list[str] | None = None) -> int:
     for m in sorted({r["model"] for r in results}):
         groups.append((f"model={m}", group(lambda r, m=m: r["model"] == m)))
     conc_default = concordance(dev, pred_default, same_setting)
+    kinds_default = concordance_by_kind(dev, pred_default, same_setting)
 
-    report: dict[str, Any] = {"defaults": defaults, "in_sample": dict(groups), "concordance_in_sample": conc_default}
+    report: dict[str, Any] = {"defaults": defaults, "in_sample": dict(groups), "concordance_in_sample": conc_default,
+                              "concordance_in_sample_by_kind": kinds_default}
     held: list[tuple[str, dict[str, Any], dict[str, float], dict[str, float]]] = []
     fold_params: dict[str, dict[str, float]] = {}
-    conc_lomo = None
+    conc_lomo = kinds_lomo = None
     lomo_pred: dict[str, float | None] = {}
     low_lomo: dict[str, dict[str, Any]] = {}
     if not args.quick:
@@ -601,6 +624,7 @@ def main(argv: list[str] | None = None) -> int:
         s_lomo = stats([(lomo_pred[r["id"]], measured_per_gpu(r)) for r in dev])
         held.append(("leave-one-model-out (every fitted parameter refit without the model)", {}, {}, s_lomo))
         conc_lomo = concordance(dev, lomo_pred, same_setting)
+        kinds_lomo = concordance_by_kind(dev, lomo_pred, same_setting)
         splits = [("fit Hopper (H100/H200, FP8) -> test Blackwell (B200/GB200, FP4)",
                    lambda r: r["hardware"] in ("H100", "H200")),
                   ("fit Blackwell (FP4) -> test Hopper (FP8)", lambda r: r["hardware"] in ("B200", "GB200")),
@@ -616,6 +640,8 @@ def main(argv: list[str] | None = None) -> int:
         report["held_out"] = [{"split": n, "fitted": p, "fit": f, "test": t} for n, p, f, t in held]
         report["fold_params"] = fold_params
         report["concordance_leave_one_model_out"] = conc_lomo
+        report["concordance_leave_one_model_out_by_kind"] = kinds_lomo
+        report["leave_one_model_out_predicted"] = {r["id"]: lomo_pred[r["id"]] for r in dev}
     test = score_test_set(test_rows, predictor, defaults) if test_rows else None
     report["test_set"] = test
     low_fit = {p["id"]: p for p in predictor(low, defaults)}
@@ -642,7 +668,13 @@ def main(argv: list[str] | None = None) -> int:
           "| predictions | concordance |", "|---|---|"]
     if conc_lomo:
         L.append(f"| held out (leave-one-model-out fits) | {concordance_text(conc_lomo)} |")
-    L += [f"| product defaults (fitted on all dev rows: in-sample) | {concordance_text(conc_default)} |", ""]
+    L += [f"| product defaults (fitted on all dev rows: in-sample) | {concordance_text(conc_default)} |", "",
+          "By the families a pair compares (a dense search decides dense-dense pairs, an MoE search MoE-MoE ones):", "",
+          "| pair kind | held out (leave-one-model-out fits) | in sample |", "|---|---|---|"]
+    for kind in PAIR_KINDS:
+        held_text = concordance_text(kinds_lomo[kind]) if kinds_lomo else "-"
+        L.append(f"| {kind} | {held_text} | {concordance_text(kinds_default[kind])} |")
+    L += ["", "The test set's close pairs, never fitted, are under Test set below.", ""] if test_rows else [""]
     if held:
         L += ["## Held-out accuracy", "", "Every fitted parameter refit on the training side only, starting from an "
               "idealized runtime. On this data the Hopper rows are all FP8 and the Blackwell rows all FP4, so the "
@@ -723,7 +755,10 @@ def main(argv: list[str] | None = None) -> int:
                      f"({within_target(c1)})" if c1 else "") + "."]
         st = stats([(t["predicted"], t["measured"]) for t in test["throughput"]])
         L += ["", f"Max-load throughput rows: n={st['n']}, MdAPE {st['mdape']:.1f} %, signed {st['signed']:+.1f} %, "
-              f"Spearman {st['spearman']:.3f}.", ""]
+              f"Spearman {st['spearman']:.3f}.", "",
+              "Their close pairs (same GPU and ISL/OSL, as for the dev rows; never fitted):", "",
+              "| pair kind | concordance |", "|---|---|"]
+        L += [f"| {kind} | {concordance_text(c)} |" for kind, c in test["concordance_by_kind"].items()] + [""]
         if test["precision_pairs"]:
             ok = sum((p["meas_ratio"] > 1) == (p["pred_ratio"] > 1) for p in test["precision_pairs"])
             err = [abs(p["pred_ratio"] / p["meas_ratio"] - 1) for p in test["precision_pairs"]]

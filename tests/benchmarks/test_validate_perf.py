@@ -125,3 +125,27 @@ def test_grid_search_pair_moves_leave_a_diagonal_valley_coordinate_descent_canno
     assert vp.grid_search(err, grids, [{"x": 0, "y": 0, "z": 0}, {"x": 2, "y": 2, "z": 0}]) == {"x": 2, "y": 2, "z": 0}
     assert vp.grid_search(lambda p: 0.0, grids, [{"x": 1, "y": 1, "z": 0}, {"x": 3, "y": 3, "z": 0}]) == \
         {"x": 1, "y": 1, "z": 0}
+
+
+def _thr(id_, family, measured, gpu="H200", isl=128, osl=128):
+    return {"id": id_, "hardware": gpu, "isl": isl, "osl": osl, "arch": {"family": family},
+            "metrics": {"output_tokens_per_s_per_gpu": measured}}
+
+
+def test_close_pairs_split_by_the_families_they_compare():
+    rows = [_thr("d1", "dense", 100.0), _thr("d2", "dense", 110.0), _thr("m1", "moe", 120.0),
+            _thr("m2", "moe", 130.0), _thr("far", "dense", 1000.0), _thr("b200", "moe", 105.0, gpu="B200")]
+    # d1 < d2 ordered right; m1 vs m2 ordered wrong; every dense-MoE pair ordered right
+    predicted = {"d1": 1.0, "d2": 2.0, "m1": 4.0, "m2": 3.0, "far": 9.0, "b200": 1.0}
+    by_kind = vp.concordance_by_kind(rows, predicted, vp.same_setting)
+    assert vp.pair_kind(rows[0], rows[2]) == vp.pair_kind(rows[2], rows[0]) == "dense-MoE"
+    assert by_kind["dense-dense"]["1.0-1.25x"] == {"pairs": 1, "concordant": 1}
+    assert by_kind["MoE-MoE"]["1.0-1.25x"] == {"pairs": 1, "concordant": 0}
+    assert by_kind["dense-MoE"]["1.0-1.25x"] == {"pairs": 3, "concordant": 3}  # d1-m2 is 1.3x
+    assert by_kind["dense-MoE"]["1.25-1.5x"] == {"pairs": 1, "concordant": 1}
+    whole = vp.concordance(rows, predicted, vp.same_setting)  # the kinds partition the pairs
+    for band, v in whole.items():
+        assert v["pairs"] == sum(k[band]["pairs"] for k in by_kind.values())
+        assert v["concordant"] == sum(k[band]["concordant"] for k in by_kind.values())
+    assert vp.concordance_text(vp.concordance([rows[0], rows[4]], predicted, vp.same_setting)).endswith(
+        "no pair within 2x")
