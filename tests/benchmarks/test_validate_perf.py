@@ -143,6 +143,9 @@ def test_close_pairs_split_by_the_families_they_compare():
     assert by_kind["MoE-MoE"]["1.0-1.25x"] == {"pairs": 1, "concordant": 0}
     assert by_kind["dense-MoE"]["1.0-1.25x"] == {"pairs": 3, "concordant": 3}  # d1-m2 is 1.3x
     assert by_kind["dense-MoE"]["1.25-1.5x"] == {"pairs": 1, "concordant": 1}
+    wrong = [(band, f["id"], sl["id"]) for band, f, sl, ok in vp.close_pairs(rows, predicted, vp.same_setting)
+             if not ok]
+    assert wrong == [("1.0-1.25x", "m2", "m1")]  # faster as measured first
     whole = vp.concordance(rows, predicted, vp.same_setting)  # the kinds partition the pairs
     for band, v in whole.items():
         assert v["pairs"] == sum(k[band]["pairs"] for k in by_kind.values())
