@@ -60,7 +60,7 @@ import sys
 import time
 from multiprocessing import Pool
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from scipy.stats import spearmanr
 
@@ -308,7 +308,8 @@ def stats(pairs: list[tuple[float | None, float]]) -> dict[str, float]:
 
 
 def close_pairs(rows: list[dict[str, Any]], predicted: dict[str, float | None],
-                same: Callable[[dict[str, Any], dict[str, Any]], bool]):
+                same: Callable[[dict[str, Any], dict[str, Any]], bool]
+                ) -> Iterator[tuple[str, dict[str, Any], dict[str, Any], bool]]:
     """Yield (band, faster row, slower row, concordant) for every close pair: rows for which ``same(a, b)``
     holds (same GPU and ISL/OSL), both predicted, measured ratio within 2x (a tie in measurement is skipped).
     ``band`` is the :data:`BANDS` label of the measured ratio; concordant: the model orders the pair as measured."""

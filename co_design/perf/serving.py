@@ -16,10 +16,10 @@ several passes, re-reading the weights. Decoding sequences hold on average
 ``ISL + OSL/2`` cached tokens. With ``pp`` stages the batch splits into ``pp``
 micro-batches in flight.
 
-* TPOT = pp × (stage time of one micro-batch's iteration) + host overhead. The host time adds: an
-  overlapping scheduler's max(GPU, host), even with host time 2.75x longer on Grace (GB200) than on
-  x86 hosts (NVIDIA/TransformerEngine #2053, PyTorch dispatch time per Linear), refit worse on the
-  validation rows (objective 0.108 -> 0.114, MdAPE 7.4 -> 9.5 %), so it is not modelled.
+* TPOT = pp × (stage time of one micro-batch's iteration) + host overhead. Host time adds to the
+  GPU step. The alternative, an overlapping scheduler's max(GPU step, host time) with host time 2.75x
+  longer on Grace (GB200) than on x86 hosts (NVIDIA/TransformerEngine #2053: PyTorch dispatch time
+  per Linear), refit worse on the validation rows (objective 0.108 -> 0.114, MdAPE 7.4 -> 9.5 %).
 * output tokens/s per user = 1 / TPOT; per GPU = replicas · B / TPOT / gpus
 * TTFT = the iterations that carry a new prompt: a prompt of P tokens takes
   ceil(P / C) iterations, C = ``max_num_tokens`` minus the decode tokens of the
