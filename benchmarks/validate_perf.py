@@ -9,7 +9,8 @@ Data (in the repository, each row with its source):
   1-64, fitted beside the max-throughput rows (the two kinds weigh equally): they alone pin the per-kernel
   and per-synchronization collective latencies that set small-batch TPOT.
 * test set, ``benchmarks/data/published_latency.json``: rows never used in any fit -- low-concurrency
-  latency (NIM, vLLM, TensorRT-LLM DeepSeek-R1 min-latency), 16-bit vs FP8 pairs on H100 (TensorRT-LLM
+  latency (NIM, vLLM, TensorRT-LLM DeepSeek-R1 min-latency; SemiAnalysis InferenceX DeepSeek-R1-0528 on
+  B200/B300/H200 at concurrency 1-64, FP8 and FP4 on B300), 16-bit vs FP8 pairs on H100 (TensorRT-LLM
   v0.13 perf-overview), DeepSeek-R1 (MLA) throughput. Speculative-decoding rows are listed, not scored.
 
 What is reported (benchmarks/results/validation.md + validation.json):
@@ -25,8 +26,9 @@ What is reported (benchmarks/results/validation.md + validation.json):
    named splits (Hopper <-> Blackwell, which is also FP8 <-> FP4 on this data; dense <-> MoE).
 3. **Fitted values and their spread across the leave-one-model-out folds**, and the product's defaults
    (the fit on all perf-overview rows) with their in-sample figures.
-4. **Test set**: TPOT/TTFT at concurrency 1-64, MdAPE on the max-load rows, and whether the model
-   orders each 16-bit/FP8 pair as measured.
+4. **Test set**: TPOT/TTFT at concurrency 1-64, MdAPE on the max-load rows, whether the model orders each
+   16-bit/FP8 pair and each FP8/FP4 pair (one Blackwell GPU) as measured, and the concordance of the
+   deployment choices at one load (mapping, precision, runtime).
 
 Row -> model inputs (stated, not fitted per row): architecture from the row's ``arch`` block
 (Llama-4 chunked attention as a sliding window on 3 of 4 layers; Maverick MoE every 2nd layer;
@@ -542,7 +544,35 @@ def score_test_set(rows: list[dict[str, Any]], predictor: Predictor, params: dic
     ids = {t["id"] for t in throughput}
     close = concordance_by_kind([r for r in scored if r["id"] in ids], {t["id"]: t["predicted"] for t in throughput},
                                 same_setting)
-    return {"latency": latency, "throughput": throughput, "precision_pairs": pairs, "concordance_by_kind": close}
+    lat_ids = {it["id"] for it in latency}
+    lat_rows = [r for r in scored if r["id"] in lat_ids]
+    return {"latency": latency, "throughput": throughput, "precision_pairs": pairs, "concordance_by_kind": close,
+            "fp8_fp4_pairs": fp8_fp4_pairs(lat_rows, res),
+            "latency_concordance": concordance(lat_rows, {i: res[i]["predicted"] for i in lat_ids}, same_load)}
+
+
+def same_load(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Two deployments of one model on one GPU serving the same requests at the same concurrency: the choice
+    a search makes between mappings and precisions (compared on output tokens/s per GPU)."""
+    return same_setting(a, b) and a["model"] == b["model"] and a.get("concurrency") == b.get("concurrency")
+
+
+def fp8_fp4_pairs(rows: list[dict[str, Any]], res: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """FP8-weight against FP4-weight rows of one model, GPU, runtime, ISL/OSL and concurrency (any mapping each):
+    measured and predicted TPOT ratio FP8 / FP4 (> 1: FP4 decodes faster)."""
+    out = []
+    for a, b in itertools.combinations(rows, 2):
+        w = {precision_of(r)[0]: r for r in (a, b)}
+        if set(w) != {"fp8", "nvfp4"} or not same_load(a, b) or a["framework"] != b["framework"]:
+            continue
+        f8, f4 = w["fp8"], w["nvfp4"]
+        m8, m4 = f8["metrics"].get("tpot_ms"), f4["metrics"].get("tpot_ms")
+        p8, p4 = res[f8["id"]].get("tpot_ms"), res[f4["id"]].get("tpot_ms")
+        if m8 and m4 and p8 and p4:
+            out.append({"fp8": f8["id"], "fp4": f4["id"], "gpu": f8["hardware"], "isl/osl": f"{f8['isl']}/{f8['osl']}",
+                        "concurrency": f8["concurrency"], "mappings": (res[f8["id"]]["mapping"], res[f4["id"]]["mapping"]),
+                        "meas_ratio": m8 / m4, "pred_ratio": p8 / p4})
+    return out
 
 
 # ----------------------------------------------------------------------------- main
@@ -794,6 +824,20 @@ def main(argv: list[str] | None = None) -> int:
             for p in test["precision_pairs"]:
                 L.append(f"| {p['key']} | {p['meas_ratio']:.2f} | {p['pred_ratio']:.2f} |")
             L.append("")
+        if test["fp8_fp4_pairs"]:
+            fp = test["fp8_fp4_pairs"]
+            ok = sum((p["meas_ratio"] > 1) == (p["pred_ratio"] > 1) for p in fp)
+            L += [f"FP8 vs FP4 weights on one Blackwell GPU (same model, runtime, ISL/OSL and concurrency; each side at its "
+                  f"own mapping): the model orders {ok}/{len(fp)} as measured; TPOT ratio FP8/FP4 median abs. error "
+                  f"{100 * statistics.median(abs(p['pred_ratio'] / p['meas_ratio'] - 1) for p in fp):.1f} %.", "",
+                  "| FP8 row | FP4 row | GPU | ISL/OSL | conc. | mappings (FP8, FP4) | measured TPOT FP8/FP4 | predicted |",
+                  "|---|---|---|---|---:|---|---:|---:|"]
+            L += [f"| {p['fp8']} | {p['fp4']} | {p['gpu']} | {p['isl/osl']} | {p['concurrency']} | "
+                  f"{', '.join(p['mappings'])} | {p['meas_ratio']:.2f} | {p['pred_ratio']:.2f} |" for p in fp] + [""]
+        if any(v["pairs"] for v in test["latency_concordance"].values()):
+            L += ["Deployment choices at a fixed load (latency rows of one model, GPU, ISL/OSL and concurrency, differing "
+                  "in mapping, precision or runtime; output tokens/s per GPU): "
+                  f"{concordance_text(test['latency_concordance'])}.", ""]
         L += ["| id | model | GPU x n | precision | ISL/OSL | mapping | measured | predicted | error % |",
               "|---|---|---|---|---|---|---:|---:|---:|"]
         for t in test["throughput"]:

@@ -152,3 +152,27 @@ def test_close_pairs_split_by_the_families_they_compare():
         assert v["concordant"] == sum(k[band]["concordant"] for k in by_kind.values())
     assert vp.concordance_text(vp.concordance([rows[0], rows[4]], predicted, vp.same_setting)).endswith(
         "no pair within 2x")
+
+
+def _lat(id_, weights, conc, tpot, per_gpu, framework="SGLang", gpu="B300", model="M"):
+    return {"id": id_, "model": model, "hardware": gpu, "isl": 922, "osl": 922, "concurrency": conc,
+            "framework": framework, "precision": {"weights": weights, "kv_cache": "FP8"},
+            "arch": {"family": "moe"}, "metrics": {"tpot_ms": tpot, "output_tokens_per_s_per_gpu": per_gpu}}
+
+
+def test_fp8_fp4_pairs_match_model_gpu_runtime_and_load_only():
+    rows = [_lat("f8", "FP8", 1, 7.0, 17.0), _lat("f4", "FP4", 1, 5.6, 22.0),
+            _lat("f4c2", "FP4", 2, 6.3, 39.0),  # other concurrency: no pair
+            _lat("f4trt", "FP4", 1, 5.0, 25.0, framework="TensorRT-LLM"),  # other runtime: no pair
+            _lat("f8b", "FP8", 1, 7.2, 16.0, gpu="B200")]  # other GPU: no pair
+    res = {"f8": {"tpot_ms": 10.0, "mapping": "TP8"}, "f4": {"tpot_ms": 8.0, "mapping": "TP8 EP8"},
+           "f4c2": {"tpot_ms": 9.0, "mapping": "TP8 EP8"}, "f4trt": {"tpot_ms": 8.0, "mapping": "TP8"},
+           "f8b": {"tpot_ms": 10.0, "mapping": "TP8"}}
+    pairs = vp.fp8_fp4_pairs(rows, res)
+    assert [(p["fp8"], p["fp4"], p["mappings"]) for p in pairs] == [("f8", "f4", ("TP8", "TP8 EP8"))]
+    assert pairs[0]["meas_ratio"] == 7.0 / 5.6 and pairs[0]["pred_ratio"] == 10.0 / 8.0
+    # the deployment-choice concordance compares rows at one load only, any runtime: f4 vs f4trt (1.14x),
+    # f8 vs f4 (1.29x) and f8 vs f4trt (1.47x)
+    c = vp.concordance(rows, {"f8": 20.0, "f4": 18.0, "f4c2": 1.0, "f4trt": 30.0, "f8b": 1.0}, vp.same_load)
+    assert c["1.0-1.25x"] == {"pairs": 1, "concordant": 1}
+    assert c["1.25-1.5x"] == {"pairs": 2, "concordant": 1}  # f4 predicted slower than f8: discordant
