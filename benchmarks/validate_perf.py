@@ -521,7 +521,7 @@ def score_test_set(rows: list[dict[str, Any]], predictor: Predictor, params: dic
                 continue
             item = {"id": r["id"], "model": r["model"], "gpu": f"{r['hardware']} x{r['num_gpus']}",
                     "mapping": p.get("mapping"), "isl/osl": f"{r['isl']}/{r['osl']}", "concurrency": r["concurrency"],
-                    "pred_tpot_ms": p["tpot_ms"], "pred_ttft_ms": p["ttft_ms"]}
+                    "pred_tpot_ms": p["tpot_ms"], "pred_ttft_ms": p["ttft_ms"], "source_type": r["source_type"]}
             if p.get("latency_metric") == "tpot_ms":  # predict_row compared it on latency_target's metric
                 item["meas_tpot_ms"] = p["latency_measured"]
             elif p.get("latency_metric") == "e2e_ms":  # no TPOT published: the request's end-to-end latency
@@ -801,13 +801,15 @@ def main(argv: list[str] | None = None) -> int:
             L.append(f"| {it['id']} | {it['model']} | {it['gpu']} | {it['mapping']} | {it['isl/osl']} | "
                      f"{it['concurrency']} | {tp} | {tt} | {e2e} |")
             if "meas_tpot_ms" in it:
-                tpot_err.append((it["concurrency"], it["pred_tpot_ms"] / it["meas_tpot_ms"] - 1))
-        c1 = [e for c, e in tpot_err if c == 1]
-        allc = [abs(e) for _, e in tpot_err]
-        if allc:
-            L += ["", f"TPOT median absolute error: {100 * statistics.median(allc):.1f} % over {len(allc)} rows"
-                  + (f"; at concurrency 1: {', '.join(f'{100 * abs(e):.1f} %' for e in c1)} "
-                     f"({within_target(c1)})" if c1 else "") + "."]
+                tpot_err.append((it["source_type"], it["concurrency"], it["pred_tpot_ms"] / it["meas_tpot_ms"] - 1))
+        L.append("")
+        for src in (["all sources"] + sorted({s for s, _, _ in tpot_err})) if tpot_err else []:
+            errs = [(c, e) for s, c, e in tpot_err if src in ("all sources", s)]
+            c1 = [e for c, e in errs if c == 1]
+            L.append(f"TPOT, {src}: median absolute error {100 * statistics.median(abs(e) for _, e in errs):.1f} % "
+                     f"over {len(errs)} rows (median signed {100 * statistics.median(e for _, e in errs):+.1f} %)"
+                     + (f"; at concurrency 1: {', '.join(f'{100 * e:+.1f} %' for e in c1)} ({within_target(c1)})"
+                        if c1 else "") + ".")
         st = stats([(t["predicted"], t["measured"]) for t in test["throughput"]])
         L += ["", f"Max-load throughput rows: n={st['n']}, MdAPE {st['mdape']:.1f} %, signed {st['signed']:+.1f} %, "
               f"Spearman {st['spearman']:.3f}.", "",
