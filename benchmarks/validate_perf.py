@@ -575,6 +575,12 @@ def fp8_fp4_pairs(rows: list[dict[str, Any]], res: dict[str, dict[str, Any]]) ->
     return out
 
 
+def ratio_pair_summary(pairs: list[dict[str, Any]]) -> tuple[int, float]:
+    """(pairs the model orders as measured, median |predicted ratio / measured ratio - 1|) of precision pairs."""
+    ok = sum((p["meas_ratio"] > 1) == (p["pred_ratio"] > 1) for p in pairs)
+    return ok, statistics.median(abs(p["pred_ratio"] / p["meas_ratio"] - 1) for p in pairs)
+
+
 # ----------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -817,21 +823,20 @@ def main(argv: list[str] | None = None) -> int:
               "| pair kind | concordance |", "|---|---|"]
         L += [f"| {kind} | {concordance_text(c)} |" for kind, c in test["concordance_by_kind"].items()] + [""]
         if test["precision_pairs"]:
-            ok = sum((p["meas_ratio"] > 1) == (p["pred_ratio"] > 1) for p in test["precision_pairs"])
-            err = [abs(p["pred_ratio"] / p["meas_ratio"] - 1) for p in test["precision_pairs"]]
+            ok, err = ratio_pair_summary(test["precision_pairs"])
             L += [f"16-bit vs FP8 pairs (same model, GPU, TP, ISL/OSL): the model orders {ok}/"
                   f"{len(test['precision_pairs'])} as measured; FP8/16-bit speed-up ratio median abs. error "
-                  f"{100 * statistics.median(err):.1f} %.", "",
+                  f"{100 * err:.1f} %.", "",
                   "| model, GPU, TP, ISL, OSL | measured FP8/16-bit | predicted |", "|---|---:|---:|"]
             for p in test["precision_pairs"]:
                 L.append(f"| {p['key']} | {p['meas_ratio']:.2f} | {p['pred_ratio']:.2f} |")
             L.append("")
         if test["fp8_fp4_pairs"]:
             fp = test["fp8_fp4_pairs"]
-            ok = sum((p["meas_ratio"] > 1) == (p["pred_ratio"] > 1) for p in fp)
+            ok, err = ratio_pair_summary(fp)
             L += [f"FP8 vs FP4 weights on one Blackwell GPU (same model, runtime, ISL/OSL and concurrency; each side at its "
                   f"own mapping): the model orders {ok}/{len(fp)} as measured; TPOT ratio FP8/FP4 median abs. error "
-                  f"{100 * statistics.median(abs(p['pred_ratio'] / p['meas_ratio'] - 1) for p in fp):.1f} %.", "",
+                  f"{100 * err:.1f} %.", "",
                   "| FP8 row | FP4 row | GPU | ISL/OSL | conc. | mappings (FP8, FP4) | measured TPOT FP8/FP4 | predicted |",
                   "|---|---|---|---|---:|---|---:|---:|"]
             L += [f"| {p['fp8']} | {p['fp4']} | {p['gpu']} | {p['isl/osl']} | {p['concurrency']} | "
