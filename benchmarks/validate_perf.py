@@ -547,7 +547,7 @@ def score_test_set(rows: list[dict[str, Any]], predictor: Predictor, params: dic
     lat_ids = {it["id"] for it in latency}
     lat_rows = [r for r in scored if r["id"] in lat_ids]
     return {"latency": latency, "throughput": throughput, "precision_pairs": pairs, "concordance_by_kind": close,
-            "fp8_fp4_pairs": fp8_fp4_pairs(lat_rows, res),
+            "tpot_pairs": {c: tpot_pairs(lat_rows, res, c) for c in PAIR_CHOICES},
             "latency_concordance": concordance(lat_rows, {i: res[i]["predicted"] for i in lat_ids}, same_load)}
 
 
@@ -557,21 +557,50 @@ def same_load(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return same_setting(a, b) and a["model"] == b["model"] and a.get("concurrency") == b.get("concurrency")
 
 
-def fp8_fp4_pairs(rows: list[dict[str, Any]], res: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """FP8-weight against FP4-weight rows of one model, GPU, runtime, ISL/OSL and concurrency (any mapping each):
-    measured and predicted TPOT ratio FP8 / FP4 (> 1: FP4 decodes faster)."""
+def mapping_of(row: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """(tp, ep, attention_dp) as the row states them (``None`` where it does not)."""
+    par = row.get("parallelism") or {}
+    return par.get("tp"), par.get("ep"), par.get("attention_dp")
+
+
+# the choices a pair of latency rows at one load (same model, runtime, ISL/OSL, concurrency) can differ in
+PAIR_CHOICES = ("weights", "mapping", "gpu")
+
+
+def tpot_pairs(rows: list[dict[str, Any]], res: dict[str, dict[str, Any]], choice: str) -> list[dict[str, Any]]:
+    """Latency-row pairs of one model, runtime, ISL/OSL and concurrency that differ in one deployment choice, with
+    measured and predicted TPOT ratio a / b (> 1: b decodes faster):
+
+    * ``"weights"``: FP8 (a) against FP4 (b) weights on one GPU, each at its own mapping;
+    * ``"mapping"``: two mappings on one GPU at one weight format (a, b in id order);
+    * ``"gpu"``: two GPUs at one stated mapping, any weight formats (a, b in id order).
+    """
     out = []
     for a, b in itertools.combinations(rows, 2):
-        w = {precision_of(r)[0]: r for r in (a, b)}
-        if set(w) != {"fp8", "nvfp4"} or not same_load(a, b) or a["framework"] != b["framework"]:
+        if (a["model"], a["framework"], a.get("isl"), a.get("osl"), a.get("concurrency")) != (
+                b["model"], b["framework"], b.get("isl"), b.get("osl"), b.get("concurrency")):
             continue
-        f8, f4 = w["fp8"], w["nvfp4"]
-        m8, m4 = f8["metrics"].get("tpot_ms"), f4["metrics"].get("tpot_ms")
-        p8, p4 = res[f8["id"]].get("tpot_ms"), res[f4["id"]].get("tpot_ms")
-        if m8 and m4 and p8 and p4:
-            out.append({"fp8": f8["id"], "fp4": f4["id"], "gpu": f8["hardware"], "isl/osl": f"{f8['isl']}/{f8['osl']}",
-                        "concurrency": f8["concurrency"], "mappings": (res[f8["id"]]["mapping"], res[f4["id"]]["mapping"]),
-                        "meas_ratio": m8 / m4, "pred_ratio": p8 / p4})
+        same_gpu, same_w = a["hardware"] == b["hardware"], precision_of(a)[0] == precision_of(b)[0]
+        if choice == "weights":
+            w = {precision_of(r)[0]: r for r in (a, b)}
+            if not same_gpu or set(w) != {"fp8", "nvfp4"}:
+                continue
+            a, b = w["fp8"], w["nvfp4"]
+        elif choice == "mapping":
+            if not (same_gpu and same_w) or mapping_of(a) == mapping_of(b):
+                continue
+        elif choice == "gpu":
+            if same_gpu or mapping_of(a) != mapping_of(b) or None in mapping_of(a)[:2]:
+                continue
+        else:
+            raise ValueError(f"choice={choice!r}; use one of {PAIR_CHOICES}")
+        pa, pb = res[a["id"]], res[b["id"]]
+        if not (pa.get("latency_metric") == pb.get("latency_metric") == "tpot_ms" and pa.get("tpot_ms") and pb.get("tpot_ms")):
+            continue
+        out.append({"a": a["id"], "b": b["id"], "gpus": (a["hardware"], b["hardware"]),
+                    "weights": (precision_of(a)[0], precision_of(b)[0]), "isl/osl": f"{a['isl']}/{a['osl']}",
+                    "concurrency": a["concurrency"], "mappings": (pa["mapping"], pb["mapping"]),
+                    "meas_ratio": pa["latency_measured"] / pb["latency_measured"], "pred_ratio": pa["tpot_ms"] / pb["tpot_ms"]})
     return out
 
 
@@ -831,16 +860,20 @@ def main(argv: list[str] | None = None) -> int:
             for p in test["precision_pairs"]:
                 L.append(f"| {p['key']} | {p['meas_ratio']:.2f} | {p['pred_ratio']:.2f} |")
             L.append("")
-        if test["fp8_fp4_pairs"]:
-            fp = test["fp8_fp4_pairs"]
-            ok, err = ratio_pair_summary(fp)
-            L += [f"FP8 vs FP4 weights on one Blackwell GPU (same model, runtime, ISL/OSL and concurrency; each side at its "
-                  f"own mapping): the model orders {ok}/{len(fp)} as measured; TPOT ratio FP8/FP4 median abs. error "
-                  f"{100 * err:.1f} %.", "",
-                  "| FP8 row | FP4 row | GPU | ISL/OSL | conc. | mappings (FP8, FP4) | measured TPOT FP8/FP4 | predicted |",
-                  "|---|---|---|---|---:|---|---:|---:|"]
-            L += [f"| {p['fp8']} | {p['fp4']} | {p['gpu']} | {p['isl/osl']} | {p['concurrency']} | "
-                  f"{', '.join(p['mappings'])} | {p['meas_ratio']:.2f} | {p['pred_ratio']:.2f} |" for p in fp] + [""]
+        titles = {"weights": "FP8 vs FP4 weights on one GPU (each side at its own mapping); ratio = TPOT FP8 / FP4",
+                  "mapping": "Two mappings on one GPU at one weight format; ratio = TPOT a / b",
+                  "gpu": "Two GPUs at one mapping (weight formats as run); ratio = TPOT a / b"}
+        for choice, pairs in test["tpot_pairs"].items():
+            if not pairs:
+                continue
+            ok, err = ratio_pair_summary(pairs)
+            L += [f"{titles[choice]}. Same model, runtime, ISL/OSL and concurrency: the model orders {ok}/{len(pairs)} "
+                  f"as measured; ratio median abs. error {100 * err:.1f} %.", "",
+                  "| a | b | GPUs | weights | ISL/OSL | conc. | mappings | measured ratio | predicted |",
+                  "|---|---|---|---|---|---:|---|---:|---:|"]
+            L += [f"| {p['a']} | {p['b']} | {', '.join(dict.fromkeys(p['gpus']))} | {', '.join(dict.fromkeys(p['weights']))} | "
+                  f"{p['isl/osl']} | {p['concurrency']} | {', '.join(dict.fromkeys(p['mappings']))} | {p['meas_ratio']:.2f} | "
+                  f"{p['pred_ratio']:.2f} |" for p in pairs] + [""]
         if any(v["pairs"] for v in test["latency_concordance"].values()):
             L += ["Deployment choices at a fixed load (latency rows of one model, GPU, ISL/OSL and concurrency, differing "
                   "in mapping, precision or runtime; output tokens/s per GPU): "

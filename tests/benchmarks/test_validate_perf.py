@@ -154,25 +154,42 @@ def test_close_pairs_split_by_the_families_they_compare():
         "no pair within 2x")
 
 
-def _lat(id_, weights, conc, tpot, per_gpu, framework="SGLang", gpu="B300", model="M"):
+def _lat(id_, weights, conc, tpot, per_gpu, framework="SGLang", gpu="B300", model="M", tp=8, ep=1):
     return {"id": id_, "model": model, "hardware": gpu, "isl": 922, "osl": 922, "concurrency": conc,
             "framework": framework, "precision": {"weights": weights, "kv_cache": "FP8"},
+            "parallelism": {"tp": tp, "ep": ep, "attention_dp": False},
             "arch": {"family": "moe"}, "metrics": {"tpot_ms": tpot, "output_tokens_per_s_per_gpu": per_gpu}}
 
 
-def test_fp8_fp4_pairs_match_model_gpu_runtime_and_load_only():
-    rows = [_lat("f8", "FP8", 1, 7.0, 17.0), _lat("f4", "FP4", 1, 5.6, 22.0),
-            _lat("f4c2", "FP4", 2, 6.3, 39.0),  # other concurrency: no pair
+def _res(tpot_meas, tpot_pred, mapping):
+    return {"latency_metric": "tpot_ms", "latency_measured": tpot_meas, "tpot_ms": tpot_pred, "mapping": mapping}
+
+
+def test_tpot_pairs_differ_in_one_choice_at_one_model_runtime_and_load():
+    rows = [_lat("f8", "FP8", 1, 7.0, 17.0), _lat("f4", "FP4", 1, 5.6, 22.0, ep=8),
+            _lat("f4c2", "FP4", 2, 6.3, 39.0, ep=8),  # other concurrency: no pair
             _lat("f4trt", "FP4", 1, 5.0, 25.0, framework="TensorRT-LLM"),  # other runtime: no pair
-            _lat("f8b", "FP8", 1, 7.2, 16.0, gpu="B200")]  # other GPU: no pair
-    res = {"f8": {"tpot_ms": 10.0, "mapping": "TP8"}, "f4": {"tpot_ms": 8.0, "mapping": "TP8 EP8"},
-           "f4c2": {"tpot_ms": 9.0, "mapping": "TP8 EP8"}, "f4trt": {"tpot_ms": 8.0, "mapping": "TP8"},
-           "f8b": {"tpot_ms": 10.0, "mapping": "TP8"}}
-    pairs = vp.fp8_fp4_pairs(rows, res)
-    assert [(p["fp8"], p["fp4"], p["mappings"]) for p in pairs] == [("f8", "f4", ("TP8", "TP8 EP8"))]
-    assert pairs[0]["meas_ratio"] == 7.0 / 5.6 and pairs[0]["pred_ratio"] == 10.0 / 8.0
-    # the deployment-choice concordance compares rows at one load only, any runtime: f4 vs f4trt (1.14x),
-    # f8 vs f4 (1.29x) and f8 vs f4trt (1.47x)
+            _lat("f8b", "FP8", 1, 7.2, 16.0, gpu="B200"),  # other GPU: a GPU pair with f8 only (f4 runs EP8)
+            _lat("f8tp4", "FP8", 1, 8.0, 25.0, tp=4)]  # other mapping: a mapping pair with f8
+    res = {"f8": _res(7.0, 10.0, "TP8"), "f4": _res(5.6, 8.0, "TP8 EP8"), "f4c2": _res(6.3, 9.0, "TP8 EP8"),
+           "f4trt": _res(5.0, 8.0, "TP8"), "f8b": _res(7.2, 10.0, "TP8"), "f8tp4": _res(8.0, 9.0, "TP4")}
+    weights = vp.tpot_pairs(rows, res, "weights")
+    assert [(p["a"], p["b"], p["mappings"]) for p in weights] == [("f8", "f4", ("TP8", "TP8 EP8")),
+                                                                  ("f8tp4", "f4", ("TP4", "TP8 EP8"))]
+    assert weights[0]["meas_ratio"] == 7.0 / 5.6 and weights[0]["pred_ratio"] == 10.0 / 8.0
+    assert [(p["a"], p["b"]) for p in vp.tpot_pairs(rows, res, "mapping")] == [("f8", "f8tp4")]
+    gpu = vp.tpot_pairs(rows, res, "gpu")
+    assert [(p["a"], p["b"], p["gpus"]) for p in gpu] == [("f8", "f8b", ("B300", "B200"))]
+    ok, err = vp.ratio_pair_summary(vp.tpot_pairs(rows, res, "mapping"))  # 7/8 measured, 10/9 predicted
+    assert ok == 0 and err == abs((10.0 / 9.0) / (7.0 / 8.0) - 1)
+    with pytest.raises(ValueError, match="choice"):
+        vp.tpot_pairs(rows, res, "runtime")
+    # a row compared on end-to-end latency (no TPOT published) pairs with nothing
+    res["f8tp4"] = {**res["f8tp4"], "latency_metric": "e2e_ms"}
+    assert vp.tpot_pairs(rows, res, "mapping") == []
+    # the deployment-choice concordance (without the TP4 row) compares rows at one load only, any runtime:
+    # f4 vs f4trt (1.14x), f8 vs f4 (1.29x) and f8 vs f4trt (1.47x)
+    rows = rows[:5]
     c = vp.concordance(rows, {"f8": 20.0, "f4": 18.0, "f4c2": 1.0, "f4trt": 30.0, "f8b": 1.0}, vp.same_load)
     assert c["1.0-1.25x"] == {"pairs": 1, "concordant": 1}
     assert c["1.25-1.5x"] == {"pairs": 2, "concordant": 1}  # f4 predicted slower than f8: discordant
