@@ -28,11 +28,14 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from co_design.precision import PRECISIONS
+from co_design.precision import FP8_SCALINGS, PRECISIONS
 
 __all__ = ["main", "build_parser"]
 
 _EXIT_SLO = 3  # the SLO cannot be met by any operating point
+_FP8_SCALING_HELP = ("FP8 activation scales: tensor (static per tensor, Model Optimizer FP8; default) or block "
+                     "(per 128 values of a token at run time, as the FP8 checkpoints of DeepSeek-V3/R1, Qwen3 and "
+                     "MiniMax-M2: a quantization kernel before each dense GEMM)")
 _MAX_GPUS = 2**20  # --pareto enumerates every tp dividing --gpus: bounded, a typo like 10**12 would hang it
 # CLI flag, SLO field, factor from the flag's unit to the field's (ms -> s)
 _SLO_FLAGS = (("--min-tokens-per-s-per-user", "min_tokens_per_s_per_user", 1.0),
@@ -70,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="weight format (default nvfp4; each GPU's native formats: --list-hardware --json)")
     pr.add_argument("--activations", choices=PRECISIONS, default="nvfp4", help="activation format (default nvfp4)")
     pr.add_argument("--kv-cache", choices=PRECISIONS, default="fp8", help="KV-cache format (default fp8)")
+    pr.add_argument("--fp8-scaling", choices=FP8_SCALINGS, default="tensor", help=_FP8_SCALING_HELP)
     pr.add_argument("--isl", type=int, default=1024, help="input tokens per request (default 1024)")
     pr.add_argument("--osl", type=int, default=1024, help="output tokens per request (default 1024)")
     mode = pr.add_mutually_exclusive_group()
@@ -124,6 +128,7 @@ def _deployment_args(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--weights", choices=PRECISIONS, default="nvfp4", help="weight format (default nvfp4)")
     sp.add_argument("--activations", choices=PRECISIONS, default="nvfp4", help="activation format (default nvfp4)")
     sp.add_argument("--kv-cache", choices=PRECISIONS, default="fp8", help="KV-cache format (default fp8)")
+    sp.add_argument("--fp8-scaling", choices=FP8_SCALINGS, default="tensor", help=_FP8_SCALING_HELP)
     sp.add_argument("--isl", type=int, default=1024, help="input tokens per request (default 1024)")
     sp.add_argument("--osl", type=int, default=1024, help="output tokens per request (default 1024)")
     sp.add_argument("--concurrency", type=int, default=None,
@@ -132,6 +137,14 @@ def _deployment_args(sp: argparse.ArgumentParser) -> None:
     slo.add_argument("--min-tokens-per-s-per-user", type=float, default=None, metavar="TOK_S", help="e.g. 50")
     slo.add_argument("--max-ttft-ms", type=float, default=None, metavar="MS", help="e.g. 2000")
     slo.add_argument("--max-tpot-ms", type=float, default=None, metavar="MS", help="e.g. 20")
+
+
+def _fp8_scaling_error(args: argparse.Namespace) -> str | None:
+    """The flag-level message for ``--fp8-scaling block`` without FP8 activations, else None."""
+    if args.fp8_scaling == "block" and args.activations != "fp8":
+        return (f"--fp8-scaling block scales FP8 activations, but --activations is {args.activations}; "
+                "add --weights fp8 --activations fp8, or drop --fp8-scaling")
+    return None
 
 
 def _fail(msg: str, command: str = "predict") -> int:
@@ -157,6 +170,8 @@ def _predict(args: argparse.Namespace) -> int:
         return 0
     if args.config is None:
         return _fail("CONFIG is required (an HF config.json or a project model YAML)")
+    if (msg := _fp8_scaling_error(args)) is not None:
+        return _fail(msg)
     try:
         gpu = get_gpu(args.hardware)
     except ValueError as exc:
@@ -169,7 +184,8 @@ def _predict(args: argparse.Namespace) -> int:
     try:
         dep = Deployment(gpus=args.gpus, tp=args.tp, ep=args.ep, pp=args.pp, attention_dp=args.attention_dp,
                          helix=args.helix, weights=args.weights, activations=args.activations,
-                         kv_cache=args.kv_cache, isl=args.isl, osl=args.osl, concurrency=args.concurrency)
+                         kv_cache=args.kv_cache, fp8_scaling=args.fp8_scaling, isl=args.isl, osl=args.osl,
+                         concurrency=args.concurrency)
         if dep.gpus > _MAX_GPUS:
             flags = "--gpus" if args.gpus is not None else "--tp x --pp"
             return _fail(f"{flags} asks for {dep.gpus:,} GPUs; use at most {_MAX_GPUS:,}")
@@ -232,10 +248,12 @@ def _deployment_of(args: argparse.Namespace):
     from co_design.hardware import PRECISION_FIELDS, check_precision, get_gpu
     from co_design.perf import SLO, Deployment
 
+    if (msg := _fp8_scaling_error(args)) is not None:
+        raise ValueError(msg)
     gpu = get_gpu(args.hardware)
     dep = Deployment(gpus=args.gpus, tp=args.tp, ep=args.ep, pp=args.pp, attention_dp=args.attention_dp,
                      helix=args.helix, weights=args.weights, activations=args.activations, kv_cache=args.kv_cache,
-                     isl=args.isl, osl=args.osl, concurrency=args.concurrency)
+                     fp8_scaling=args.fp8_scaling, isl=args.isl, osl=args.osl, concurrency=args.concurrency)
     if dep.gpus > _MAX_GPUS:
         raise ValueError(f"the deployment asks for {dep.gpus:,} GPUs; use at most {_MAX_GPUS:,}")
     for name in PRECISION_FIELDS:

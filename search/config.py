@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, NamedTuple, Optional
 
+from co_design.precision import FP8_SCALINGS
 from co_design.precision import PRECISIONS as _PRECISIONS
 
 __all__ = [
@@ -161,6 +162,7 @@ class DeploymentConfig:
     weights: str = "nvfp4"
     activations: str = "nvfp4"
     kv_cache: str = "fp8"
+    fp8_scaling: str = "tensor"  # FP8 activation scales: tensor (Model Optimizer) or block (co_design.perf.Deployment)
     isl: int = 1024  # input tokens per request
     osl: int = 1024  # output tokens per request
     concurrency: Optional[int] = None  # throughput point; None: the best that fits and meets the SLO
@@ -514,6 +516,7 @@ def _validate_deployment(cfg: SearchConfig, problems: list[str]) -> None:
         problems.append("deployment.attention_dp is empty; give [false], [true] or [false, true]")
     for key in ("weights", "activations", "kv_cache"):
         _known(problems, f"deployment.{key}", getattr(d, key), PRECISIONS)
+    _known(problems, "deployment.fp8_scaling", d.fp8_scaling, FP8_SCALINGS)
     for key in ("isl", "osl"):
         if getattr(d, key) < 1:
             problems.append(f"deployment.{key}={getattr(d, key)}: must be >= 1 token")

@@ -100,11 +100,13 @@ def perf_deployment(deployment_cfg: Any, combo: dict[str, Any], precision: str |
     from co_design import perf
 
     d = deployment_cfg
+    activations = precision or d.activations
     return perf.Deployment(
         gpus=d.gpus,
         weights=precision or d.weights,
-        activations=precision or d.activations,
+        activations=activations,
         kv_cache=d.kv_cache,
+        fp8_scaling=d.fp8_scaling if activations == "fp8" else "tensor",  # block scales only FP8 activations
         isl=d.isl,
         osl=d.osl,
         concurrency=concurrency,

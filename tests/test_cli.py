@@ -329,3 +329,19 @@ def test_export_errors(config, capsys, tmp_path):
     bad.write_text(CONFIG + "sliding_window: 4096\n")
     assert main(["export", str(bad), "--out", str(tmp_path / "o")]) == 2
     assert "co-design export: error: sliding_window=4096" in capsys.readouterr().err
+
+
+def test_fp8_scaling_block_adds_quantization_kernels_and_needs_fp8_activations(config, capsys):
+    fp8 = ["--hardware", "h100", "--weights", "fp8", "--activations", "fp8", "--concurrency", "1", "--json",
+           "--no-advice"]
+    tpot = {}
+    for scaling in ("tensor", "block"):
+        assert main(["predict", config, *fp8, "--fp8-scaling", scaling]) == 0
+        d = json.loads(capsys.readouterr().out)
+        tpot[scaling] = d["tpot_ms"]
+        assert any(o["name"].endswith("_act_quant") for o in d["ops"]) == (scaling == "block")
+    assert tpot["block"] > tpot["tensor"]
+    for cmd in ("predict", "advise"):
+        assert main([cmd, config, "--fp8-scaling", "block"]) == 2  # activations default to nvfp4
+        err = capsys.readouterr().err
+        assert f"co-design {cmd}: error: --fp8-scaling block" in err and "--activations fp8" in err

@@ -35,6 +35,12 @@ after parallelism; see :class:`Shards`):
   the shared latent (read once per sequence, MQA-like), no ``kv_b_proj`` over the cache.
 * ``o_proj`` GEMM (Helix: TP over all ``tp`` ranks after the all-to-all); TP
   all-reduce; ``ffn_norm`` (fused into that all-reduce under TP).
+* With block-scaled FP8 activations (``Deployment.fp8_scaling == "block"``) a
+  ``<gemm>_act_quant`` kernel before each dense GEMM whose input comes from a
+  norm or from attention (``qkv_proj``/``q_a_proj`` (``kv_a_proj`` shares its
+  input), ``q_proj``, ``q_b_proj``, ``kv_b_proj``, ``o_proj``, ``gate_up_proj``,
+  ``shared_gate_up``): it reads the bf16 input and writes FP8 plus one fp32 scale
+  per 128 values.
 * FFN: ``gate_up``/``activation`` (SwiGLU + quantize, one kernel)/``down``
   sharded by tp. MoE: ``router``; ``moe_permute``; ``experts_gate_up``/
   ``experts_down`` grouped GEMMs over the experts the *busiest* expert-parallel
@@ -74,6 +80,13 @@ __all__ = ["Shards", "shards", "step_ops", "step_time", "expected_experts_touche
            "expected_max_normal", "busiest_rank_load", "busiest_rank_experts", "ranks_per_token", "attention_head_dim"]
 
 _BF16 = 2.0
+# block-scaled FP8 (Deployment.fp8_scaling == "block"): the dense GEMMs whose input comes from a norm or from
+# attention, so a separate per-token-group quantization kernel runs first; kv_a_proj shares q_a_proj's input (one
+# fused GEMM in the runtimes), the down projections take the SwiGLU kernel's quantized output, the fused MoE
+# quantizes inside its permute
+_BLOCK_QUANT_INPUTS = frozenset({"qkv_proj", "q_a_proj", "q_proj", "q_b_proj", "kv_b_proj", "o_proj", "gate_up_proj",
+                                 "shared_gate_up"})
+_FP8_GROUP = 128  # activation values per scale
 _NODE_GPUS = 8  # GPUs of one HGX node (one NVLink baseboard); a larger NVLink domain is multi-node NVLink (NVL72)
 
 
@@ -304,6 +317,7 @@ class _Table:
 
     def __init__(self, gpu: "GPU", phase: str, runtime: "Runtime", keep: bool = True) -> None:
         self.gpu, self.phase, self.rows, self.keep = gpu, phase, [], keep
+        self.block_fp8 = False  # Deployment.fp8_scaling == "block": see _BLOCK_QUANT_INPUTS
         self.eff, self.bw_eff = runtime.compute_efficiency, runtime.bandwidth_efficiency
         self.grouped, self.coll = runtime.grouped_gemm_efficiency, runtime.collective_efficiency
         self.grouped_bw = runtime.grouped_gemm_bandwidth_efficiency
@@ -320,6 +334,9 @@ class _Table:
         m = math.ceil(m)
         if m <= 0 or n <= 0 or k <= 0 or count <= 0:
             return
+        if self.block_fp8 and a == "fp8" and name in _BLOCK_QUANT_INPUTS:
+            # per-token-group quantization of the input: bf16 in, fp8 and one fp32 scale per 128 values out
+            self.mem(name + "_act_quant", m * k * (_BF16 + 1 + 4 / _FP8_GROUP), count)
         prec = self.precs.get((w, a))
         if prec is None:
             prec = self.precs[w, a] = math_precision(w, a, self.gpu)
@@ -400,6 +417,7 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
     s = shards(arch, dep)
     rt = dep.runtime
     t = _Table(gpu, phase, rt, keep)
+    t.block_fp8 = dep.fp8_scaling == "block"
     w, kvp = dep.weights, dep.kv_cache
     a = dep.activations  # the serving entry points checked it against the GPU's precision table
     ab, kvb = bytes_per_element(a), bytes_per_element(kvp)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from co_design.perf.roofline import BYTES_PER_ELEMENT, Precision
+from co_design.precision import FP8_SCALINGS, FP8Scaling
 
 __all__ = ["Deployment", "Runtime", "SLO", "OpCost", "MemoryBreakdown", "Prediction", "Advice"]
 
@@ -113,9 +114,9 @@ class Runtime:
     grouped_gemm_bandwidth_efficiency: float = 0.69
     attention_efficiency: float = 0.8
     expert_tile_overhead_s: float = 0.0
-    collective_efficiency: float = 0.8
+    collective_efficiency: float = 0.7
     kernel_gap_s: float = 2e-6
-    collective_overhead_s: float = 20e-6
+    collective_overhead_s: float = 15e-6
     iteration_overhead_s: float = 1e-3
     request_overhead_s: float = 10e-6
     moe_expert_load_cv: float = 1.28
@@ -154,6 +155,17 @@ class Deployment:
       the output projection and the FFN use all ``tp`` ranks.
     * ``weights`` / ``activations`` / ``kv_cache``: storage format per tensor class
       (embeddings, lm_head, router and norms stay bf16).
+    * ``fp8_scaling``: how FP8 activations are scaled. ``"tensor"``: one static
+      scale per tensor (TensorRT Model Optimizer FP8), so the kernel before each
+      GEMM writes FP8 itself (the all-reduce + RMSNorm, the attention output, the
+      SwiGLU). ``"block"``: one scale per 128 activations of a token, found at run
+      time, beside 128x128 weight blocks (the FP8 checkpoints of DeepSeek-V3/R1,
+      Qwen3 and MiniMax-M2): each dense FP8 GEMM whose input comes from a norm or
+      from attention runs a per-token-group quantization kernel first
+      (TensorRT-LLM ``fp8_quantize_1x128``, SGLang and vLLM
+      ``per_token_group_quant_fp8``); the fused MoE quantizes inside its permute
+      and the SwiGLU kernel before the down projection. Dynamic per-token scales
+      (FBGEMM row-wise FP8) cost the same kernels. ``"block"`` needs FP8 activations.
     * ``isl`` / ``osl``: input / output tokens per request.
     * ``concurrency``: requests in flight in the whole deployment (as
       trtllm-bench counts them); ``None`` asks :func:`max_throughput` to choose.
@@ -168,6 +180,7 @@ class Deployment:
     weights: Precision = "nvfp4"
     activations: Precision = "nvfp4"
     kv_cache: Precision = "fp8"
+    fp8_scaling: FP8Scaling = "tensor"
     isl: int = 1024
     osl: int = 1024
     concurrency: int | None = None
@@ -184,6 +197,11 @@ class Deployment:
         for name in ("weights", "activations", "kv_cache"):
             if getattr(self, name) not in BYTES_PER_ELEMENT:
                 raise ValueError(f"Deployment.{name}={getattr(self, name)!r}; use one of {sorted(BYTES_PER_ELEMENT)}")
+        if self.fp8_scaling not in FP8_SCALINGS:
+            raise ValueError(f"Deployment.fp8_scaling={self.fp8_scaling!r}; use one of {list(FP8_SCALINGS)}")
+        if self.fp8_scaling == "block" and self.activations != "fp8":
+            raise ValueError(f"Deployment.fp8_scaling='block' scales FP8 activations, but activations="
+                             f"{self.activations!r}; set activations='fp8' or fp8_scaling='tensor'")
         if self.gpus % (self.tp * self.pp):
             raise ValueError(f"Deployment.gpus={self.gpus} must be a multiple of tp*pp={self.tp * self.pp} "
                              "(each replica uses tp*pp GPUs)")

@@ -93,6 +93,27 @@ def test_inert_params_cannot_move_any_published_row():
     assert all(changed.values()), changed
 
 
+def test_block_scaled_fp8_rows_run_block_scaled_deployments():
+    """Rows marked ``precision.fp8_scaling: block`` are FP8 rows of block-scaled checkpoints (deepseek-ai,
+    MiniMaxAI, Qwen FP8 releases, or DeepSeek-R1 measured from its own FP8 weights) and predict with that
+    scaling; every other row with the default per-tensor one."""
+    import json
+
+    from co_design.perf import Runtime
+
+    rows = [r for f in (vp.DATA, vp.LOW_DATA, vp.TEST_DATA) for r in json.loads(f.read_text())]
+    block = [r for r in rows if r["precision"].get("fp8_scaling") == "block"]
+    assert len(block) == 75 and {r["model"] for r in block} == {
+        "DeepSeek-R1", "DeepSeek-R1-0528", "MiniMax-M2.5", "Qwen3-8B"}
+    for r in block:
+        assert vp.precision_of(r)[:2] == ("fp8", "fp8"), r["id"]
+        assert (r.get("checkpoint") or "").startswith(("deepseek-ai/", "MiniMaxAI/", "Qwen/")) or (
+            r["model"].startswith("DeepSeek") and "nvidia/" not in (r.get("checkpoint") or "")), r["id"]
+    for r in (block[0], next(r for r in rows if vp.precision_of(r)[0] == "fp8" and r not in block)):
+        deps, _ = vp.deployments_of(r, vp.arch_of(r), Runtime())
+        assert deps and {d.fp8_scaling for d in deps} == {r["precision"].get("fp8_scaling", "tensor")}
+
+
 def test_predictor_memo_repredicts_only_the_rows_a_parameter_can_move():
     import json
 

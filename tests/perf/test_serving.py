@@ -517,3 +517,41 @@ def test_attention_dp_moe_buffers_hold_every_ranks_tokens():
     assert activation_bytes_per_gpu(MOE, tp) == 8192 * moe_row + logits
     # attention-DP: the MoE of each rank receives all four ranks' tokens (TensorRT-LLM all-gather)
     assert activation_bytes_per_gpu(MOE, tp.replace(attention_dp=True)) == 4 * 8192 * moe_row + logits
+
+
+def test_block_scaled_fp8_quantizes_each_dense_gemm_input_that_no_kernel_before_it_writes():
+    gpu = get_gpu("h100")
+    kw = dict(decode=8, context=1000, prefill_tokens=0, prefill_len=1000)
+    tensor = Deployment(weights="fp8", activations="fp8", concurrency=8)
+    block = tensor.replace(fp8_scaling="block")
+    t_ops = {o.name: o for o in step_ops(MOE.replace(shared_experts=1), gpu, tensor, **kw)}
+    b_ops = {o.name: o for o in step_ops(MOE.replace(shared_experts=1), gpu, block, **kw)}
+    added = sorted(set(b_ops) - set(t_ops))
+    # inputs from a norm or from attention; the down projections take the SwiGLU kernel's FP8 output and the
+    # fused MoE quantizes in its permute
+    assert added == ["o_proj_act_quant", "qkv_proj_act_quant", "shared_gate_up_act_quant"]
+    assert all(b_ops[n].time_s == t_ops[n].time_s for n in t_ops)  # the other ops are unchanged
+    # one kernel per layer each: bf16 in, fp8 out plus one fp32 scale per 128 values
+    q = b_ops["o_proj_act_quant"]
+    launch = gpu.kernel_overhead_s + block.runtime.kernel_gap_s
+    assert q.count == MOE.layers
+    assert q.bytes == pytest.approx(MOE.layers * 8 * MOE.heads * MOE.head_dim * (2 + 1 + 4 / 128))
+    assert q.time_s == pytest.approx(q.bytes / (gpu.hbm_bytes_per_s * gpu.memory_efficiency) + MOE.layers * launch)
+    # a dense FFN quantizes the gate/up input; MLA its q_a (shared with kv_a), q_b and o_proj inputs
+    dense = {o.name for o in step_ops(SMALL, gpu, block, **kw)} - {o.name for o in step_ops(SMALL, gpu, tensor, **kw)}
+    assert dense == {"qkv_proj_act_quant", "o_proj_act_quant", "gate_up_proj_act_quant"}
+    mla = Architecture(hidden=2048, layers=2, heads=16, ffn=4096, vocab=32000,
+                       mla=MLA(q_lora_rank=512, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+                               v_head_dim=128))
+    prompt = dict(decode=8, context=1000, prefill_tokens=512, prefill_len=512)
+    m = {o.name for o in step_ops(mla, gpu, block, **prompt)} - {o.name for o in step_ops(mla, gpu, tensor, **prompt)}
+    assert m == {"q_a_proj_act_quant", "q_b_proj_act_quant", "kv_b_proj_act_quant", "o_proj_act_quant",
+                 "gate_up_proj_act_quant"}
+    assert predict(MOE, gpu, block).tpot_s > predict(MOE, gpu, tensor).tpot_s
+
+
+def test_block_scaling_needs_fp8_activations():
+    with pytest.raises(ValueError, match="activations='fp8'"):
+        Deployment(weights="fp8", activations="nvfp4", fp8_scaling="block")
+    with pytest.raises(ValueError, match="fp8_scaling='row'"):
+        Deployment(weights="fp8", activations="fp8", fp8_scaling="row")

@@ -93,6 +93,7 @@ def test_every_problem_is_listed_with_its_key_and_fix():
             "objectives.names=[loss]",
             "proxy.reduction.width=1.5",
             "deployment.ep=[2]",
+            "deployment.fp8_scaling=row",
         )
     )
     with pytest.raises(ConfigError) as e:
@@ -105,7 +106,8 @@ def test_every_problem_is_listed_with_its_key_and_fix():
     assert "choose 2 or 3 objectives" in text
     assert "proxy.reduction.width=1.5: must be in (0, 1]" in text
     assert "deployment.ep=[2] needs an MoE space" in text
-    assert len(problems) >= 6
+    assert "unknown deployment.fp8_scaling 'row'; known: tensor, block" in text
+    assert len(problems) >= 7
 
 
 def test_wrong_types_fail_at_compose_time():

@@ -90,3 +90,16 @@ def test_definitions_name_the_slo_the_concurrency_and_the_runtime_limits():
     text = "\n".join(definitions(_dep(slo=SLOConfig(min_tokens_per_s_per_user=50.0), interactive_concurrency=4)))
     assert ">= 50 tok/s/user" in text and "4 request(s) in flight" in text
     assert "max_batch=2048" in text and "max_num_tokens=8192" in text
+
+
+def test_block_fp8_scaling_reaches_the_model_only_with_fp8_activations():
+    from search.scoring import perf_deployment
+
+    dep = _dep(weights="fp8", activations="fp8", fp8_scaling="block")
+    combo = dict(tp=1, ep=1, pp=1, attention_dp=False, helix=1)
+    assert perf_deployment(dep, combo, None, 1).fp8_scaling == "block"
+    # a searched precision other than fp8 drops the FP8-only setting instead of failing the combination
+    assert perf_deployment(dep, combo, "nvfp4", 1).fp8_scaling == "tensor"
+    block = perf.predict(ARCH, "h100", perf_deployment(dep, combo, None, 1))
+    tensor = perf.predict(ARCH, "h100", perf_deployment(_dep(weights="fp8", activations="fp8"), combo, None, 1))
+    assert block.tpot_s > tensor.tpot_s
