@@ -331,7 +331,7 @@ def test_export_errors(config, capsys, tmp_path):
     assert "co-design export: error: sliding_window=4096" in capsys.readouterr().err
 
 
-def test_fp8_scaling_block_adds_quantization_kernels_and_needs_fp8_activations(config, capsys):
+def test_fp8_scaling_block_adds_quantization_kernels_and_needs_fp8_activations(config, capsys, tmp_path):
     fp8 = ["--hardware", "h100", "--weights", "fp8", "--activations", "fp8", "--concurrency", "1", "--json",
            "--no-advice"]
     tpot = {}
@@ -345,3 +345,7 @@ def test_fp8_scaling_block_adds_quantization_kernels_and_needs_fp8_activations(c
         assert main([cmd, config, "--fp8-scaling", "block"]) == 2  # activations default to nvfp4
         err = capsys.readouterr().err
         assert f"co-design {cmd}: error: --fp8-scaling block" in err and "--activations fp8" in err
+    # export writes per-tensor / per-token FP8 recipes: a block-scaled deployment is refused, not mislabelled
+    assert main(["export", config, "--weights", "fp8", "--activations", "fp8", "--fp8-scaling", "block",
+                 "--out", str(tmp_path / "o")]) == 2
+    assert "export with --fp8-scaling tensor" in capsys.readouterr().err

@@ -52,6 +52,10 @@ def _check(dep: "Deployment") -> None:
     if dep.activations not in (dep.weights, "bf16", "fp16"):
         raise ValueError(f"activations={dep.activations!r} with weights={dep.weights!r}: the recipes quantize "
                          "activations to the weights' format or leave them 16-bit")
+    if dep.fp8_scaling != "tensor":
+        raise ValueError(f"fp8_scaling={dep.fp8_scaling!r}: the recipes written here scale FP8 per tensor (ModelOpt) "
+                         "or per token (LLM Compressor FP8_DYNAMIC), not in 128x128 blocks; export with "
+                         "--fp8-scaling tensor")
 
 
 def quantization_plan(arch: "Architecture", dep: "Deployment") -> list[dict[str, str]]:
