@@ -162,8 +162,9 @@ class Deployment:
       time, beside 128x128 weight blocks (the FP8 checkpoints of DeepSeek-V3/R1,
       Qwen3 and MiniMax-M2): each dense FP8 GEMM whose input comes from a norm or
       from attention runs a per-token-group quantization kernel first
-      (TensorRT-LLM ``fp8_quantize_1x128``, SGLang and vLLM
-      ``per_token_group_quant_fp8``); the fused MoE quantizes inside its permute
+      (TensorRT-LLM ``fp8_quantize_1x128`` on Hopper and
+      ``per_token_quant_and_transform`` before DeepGEMM on Blackwell, SGLang and
+      vLLM ``per_token_group_quant_fp8``); the fused MoE quantizes inside its permute
       and the SwiGLU kernel before the down projection. Dynamic per-token scales
       (FBGEMM row-wise FP8) cost the same kernels. ``"block"`` needs FP8 activations.
     * ``isl`` / ``osl``: input / output tokens per request.
