@@ -165,8 +165,8 @@ class Deployment:
       (TensorRT-LLM ``fp8_quantize_1x128`` on Hopper and
       ``per_token_quant_and_transform`` before DeepGEMM on Blackwell, SGLang and
       vLLM ``per_token_group_quant_fp8``); the fused MoE quantizes inside its permute
-      and the SwiGLU kernel before the down projection. Dynamic per-token scales
-      (FBGEMM row-wise FP8) cost the same kernels. ``"block"`` needs FP8 activations.
+      and the SwiGLU kernel before the down projection. ``"block"`` needs FP8
+      activations.
     * ``isl`` / ``osl``: input / output tokens per request.
     * ``concurrency``: requests in flight in the whole deployment (as
       trtllm-bench counts them); ``None`` asks :func:`max_throughput` to choose.
