@@ -315,9 +315,9 @@ class _Table:
     ``collective_efficiency`` on links.
     """
 
-    def __init__(self, gpu: "GPU", phase: str, runtime: "Runtime", keep: bool = True) -> None:
+    def __init__(self, gpu: "GPU", phase: str, runtime: "Runtime", keep: bool = True, block_fp8: bool = False) -> None:
         self.gpu, self.phase, self.rows, self.keep = gpu, phase, [], keep
-        self.block_fp8 = False  # Deployment.fp8_scaling == "block": see _BLOCK_QUANT_INPUTS
+        self.block_fp8 = block_fp8  # Deployment.fp8_scaling == "block": see _BLOCK_QUANT_INPUTS
         self.eff, self.bw_eff = runtime.compute_efficiency, runtime.bandwidth_efficiency
         self.grouped, self.coll = runtime.grouped_gemm_efficiency, runtime.collective_efficiency
         self.grouped_bw = runtime.grouped_gemm_bandwidth_efficiency
@@ -416,8 +416,7 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
     """
     s = shards(arch, dep)
     rt = dep.runtime
-    t = _Table(gpu, phase, rt, keep)
-    t.block_fp8 = dep.fp8_scaling == "block"
+    t = _Table(gpu, phase, rt, keep, block_fp8=dep.fp8_scaling == "block")
     w, kvp = dep.weights, dep.kv_cache
     a = dep.activations  # the serving entry points checked it against the GPU's precision table
     ab, kvb = bytes_per_element(a), bytes_per_element(kvp)
