@@ -214,3 +214,28 @@ def test_tpot_pairs_differ_in_one_choice_at_one_model_runtime_and_load():
     c = vp.concordance(rows, {"f8": 20.0, "f4": 18.0, "f4c2": 1.0, "f4trt": 30.0, "f8b": 1.0}, vp.same_load)
     assert c["1.0-1.25x"] == {"pairs": 1, "concordant": 1}
     assert c["1.25-1.5x"] == {"pairs": 2, "concordant": 1}  # f4 predicted slower than f8: discordant
+
+
+def test_a_fit_pins_what_no_training_row_can_move():
+    """The Hopper rows run no FP4 GEMM and the dense rows no expert GEMM: a fit on either cannot measure those
+    rates, so they stay at their idealized values instead of whichever search start won."""
+    import json
+
+    rows = [r for r in json.loads(vp.DATA.read_text()) if not vp.is_mlperf(r)]
+    hopper = [r for r in rows if r["hardware"] in ("H100", "H200")]
+    dense = [r for r in rows if r["arch"]["family"] == "dense"]
+    assert vp.unconstrained(hopper) == ["nvfp4_compute_efficiency"]
+    assert vp.unconstrained(dense) == ["grouped_gemm_efficiency", "expert_tile_overhead_s"]
+    assert vp.unconstrained(rows) == []
+
+    calls = []
+
+    class Flat:  # a predictor whose error ignores the pinned parameter: without the pin any grid value would do
+        def __call__(self, rs, params):
+            calls.append(params)
+            return [{"predicted": params["compute_efficiency"], "measured": 0.8} for _ in rs]
+
+    fitted = vp.fit(Flat(), hopper, rounds=2)
+    assert fitted["nvfp4_compute_efficiency"] == vp.NEUTRAL["nvfp4_compute_efficiency"]
+    assert {c["nvfp4_compute_efficiency"] for c in calls} == {vp.NEUTRAL["nvfp4_compute_efficiency"]}
+    assert fitted["compute_efficiency"] == 0.8
