@@ -211,8 +211,7 @@ def deployments_of(row: dict[str, Any], arch: Architecture, runtime: Runtime) ->
             for dp in dps:
                 try:
                     out.append(Deployment(gpus=row["num_gpus"] if not is_mlperf(row) else None, tp=tp, ep=ep,
-                                          attention_dp=dp, dense_dp=par.get("dense_dp", True),
-                                          weights=w, activations=a, kv_cache=kv,
+                                          attention_dp=dp, weights=w, activations=a, kv_cache=kv,
                                           fp8_scaling=row["precision"].get("fp8_scaling", "tensor"), isl=isl, osl=osl,
                                           concurrency=row.get("concurrency"), runtime=runtime))
                 except ValueError:

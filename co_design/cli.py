@@ -8,9 +8,8 @@ shape (:mod:`co_design.export`).
 
 CONFIG is a Hugging Face ``config.json`` or a project model YAML. Parallel flags
 follow TensorRT-LLM: ``--tp`` ranks per replica, ``--ep`` expert-parallel ranks
-among them, ``--attention-dp`` runs attention data-parallel across the tp ranks
-(the dense MLPs and shared experts too, as TensorRT-LLM does; ``--mlp-tp`` runs
-those TP over the gathered tokens, as SGLang does), ``--helix`` splits decode attention's KV cache along the sequence. ``--concurrency``
+among them, ``--attention-dp`` runs attention data-parallel across the tp ranks,
+``--helix`` splits decode attention's KV cache along the sequence. ``--concurrency``
 counts requests in flight for the whole deployment (as trtllm-bench does);
 without it (or with ``--max-throughput``) the model picks the batch with the
 highest output tokens/s per GPU that fits.
@@ -34,9 +33,6 @@ from co_design.precision import FP8_SCALINGS, PRECISIONS
 __all__ = ["main", "build_parser"]
 
 _EXIT_SLO = 3  # the SLO cannot be met by any operating point
-_MLP_TP_HELP = ("with --attention-dp: run the dense FFN layers and shared experts tensor-parallel over every rank's "
-                "gathered tokens (SGLang's --enable-dp-attention default) instead of data-parallel on each rank's own "
-                "tokens with whole weights (TensorRT-LLM)")
 _FP8_SCALING_HELP = ("FP8 activation scales: tensor (static per tensor, Model Optimizer FP8; default) or block "
                      "(per 128 values of a token at run time, as the FP8 checkpoints of DeepSeek-V3/R1, Qwen3 and "
                      "MiniMax-M2: a quantization kernel before each dense GEMM)")
@@ -72,7 +68,6 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--pp", type=int, default=1, help="pipeline stages (default 1)")
     pr.add_argument("--attention-dp", action="store_true",
                     help="attention data-parallel across the tp ranks (labelled DEP with --ep > 1, else ADP)")
-    pr.add_argument("--mlp-tp", action="store_true", help=_MLP_TP_HELP)
     pr.add_argument("--helix", type=int, default=1, help="KV-parallel degree for decode attention (default 1)")
     pr.add_argument("--weights", choices=PRECISIONS, default="nvfp4",
                     help="weight format (default nvfp4; each GPU's native formats: --list-hardware --json)")
@@ -129,7 +124,6 @@ def _deployment_args(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--ep", type=int, default=1, help="expert-parallel ranks among the tp ranks (default 1)")
     sp.add_argument("--pp", type=int, default=1, help="pipeline stages (default 1)")
     sp.add_argument("--attention-dp", action="store_true", help="attention data-parallel across the tp ranks")
-    sp.add_argument("--mlp-tp", action="store_true", help=_MLP_TP_HELP)
     sp.add_argument("--helix", type=int, default=1, help="KV-parallel degree for decode attention (default 1)")
     sp.add_argument("--weights", choices=PRECISIONS, default="nvfp4", help="weight format (default nvfp4)")
     sp.add_argument("--activations", choices=PRECISIONS, default="nvfp4", help="activation format (default nvfp4)")
@@ -145,13 +139,11 @@ def _deployment_args(sp: argparse.ArgumentParser) -> None:
     slo.add_argument("--max-tpot-ms", type=float, default=None, metavar="MS", help="e.g. 20")
 
 
-def _flag_error(args: argparse.Namespace) -> str | None:
-    """The flag-level message for a flag that needs another (``--fp8-scaling block``, ``--mlp-tp``), else None."""
+def _fp8_scaling_error(args: argparse.Namespace) -> str | None:
+    """The flag-level message for ``--fp8-scaling block`` without FP8 activations, else None."""
     if args.fp8_scaling == "block" and args.activations != "fp8":
         return (f"--fp8-scaling block scales FP8 activations, but --activations is {args.activations}; "
                 "add --weights fp8 --activations fp8, or drop --fp8-scaling")
-    if args.mlp_tp and not args.attention_dp:
-        return "--mlp-tp sets how the MLPs run under attention-DP; add --attention-dp, or drop --mlp-tp"
     return None
 
 
@@ -178,7 +170,7 @@ def _predict(args: argparse.Namespace) -> int:
         return 0
     if args.config is None:
         return _fail("CONFIG is required (an HF config.json or a project model YAML)")
-    if (msg := _flag_error(args)) is not None:
+    if (msg := _fp8_scaling_error(args)) is not None:
         return _fail(msg)
     try:
         gpu = get_gpu(args.hardware)
@@ -191,7 +183,7 @@ def _predict(args: argparse.Namespace) -> int:
         return _fail(f"cannot read model CONFIG {args.config!r}: {msg}")
     try:
         dep = Deployment(gpus=args.gpus, tp=args.tp, ep=args.ep, pp=args.pp, attention_dp=args.attention_dp,
-                         dense_dp=not args.mlp_tp, helix=args.helix, weights=args.weights, activations=args.activations,
+                         helix=args.helix, weights=args.weights, activations=args.activations,
                          kv_cache=args.kv_cache, fp8_scaling=args.fp8_scaling, isl=args.isl, osl=args.osl,
                          concurrency=args.concurrency)
         if dep.gpus > _MAX_GPUS:
@@ -256,11 +248,11 @@ def _deployment_of(args: argparse.Namespace):
     from co_design.hardware import PRECISION_FIELDS, check_precision, get_gpu
     from co_design.perf import SLO, Deployment
 
-    if (msg := _flag_error(args)) is not None:
+    if (msg := _fp8_scaling_error(args)) is not None:
         raise ValueError(msg)
     gpu = get_gpu(args.hardware)
     dep = Deployment(gpus=args.gpus, tp=args.tp, ep=args.ep, pp=args.pp, attention_dp=args.attention_dp,
-                     dense_dp=not args.mlp_tp, helix=args.helix, weights=args.weights, activations=args.activations, kv_cache=args.kv_cache,
+                     helix=args.helix, weights=args.weights, activations=args.activations, kv_cache=args.kv_cache,
                      fp8_scaling=args.fp8_scaling, isl=args.isl, osl=args.osl, concurrency=args.concurrency)
     if dep.gpus > _MAX_GPUS:
         raise ValueError(f"the deployment asks for {dep.gpus:,} GPUs; use at most {_MAX_GPUS:,}")

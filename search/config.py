@@ -158,7 +158,6 @@ class DeploymentConfig:
     ep: List[int] = field(default_factory=lambda: [1])
     pp: List[int] = field(default_factory=lambda: [1])
     attention_dp: List[bool] = field(default_factory=lambda: [False])
-    dense_dp: bool = True  # under attention-DP: dense MLPs and shared experts data-parallel (TensorRT-LLM) or TP
     helix: List[int] = field(default_factory=lambda: [1])
     weights: str = "nvfp4"
     activations: str = "nvfp4"

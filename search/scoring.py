@@ -107,7 +107,6 @@ def perf_deployment(deployment_cfg: Any, combo: dict[str, Any], precision: str |
         activations=activations,
         kv_cache=d.kv_cache,
         fp8_scaling=d.fp8_scaling if activations == "fp8" else "tensor",  # block scales only FP8 activations
-        dense_dp=bool(d.dense_dp),
         isl=d.isl,
         osl=d.osl,
         concurrency=concurrency,

@@ -349,27 +349,3 @@ def test_fp8_scaling_block_adds_quantization_kernels_and_needs_fp8_activations(c
     assert main(["export", config, "--weights", "fp8", "--activations", "fp8", "--fp8-scaling", "block",
                  "--out", str(tmp_path / "o")]) == 2
     assert "export with --fp8-scaling tensor" in capsys.readouterr().err
-
-
-def test_mlp_tp_needs_attention_dp_and_is_not_exported(capsys, tmp_path):
-    # a model with a shared expert: under attention-DP its MLP weights are whole on each rank unless --mlp-tp
-    moe = tmp_path / "moe.yaml"
-    moe.write_text("hidden: 2048\nlayers: 8\nheads: 16\nkv_heads: 4\nffn: 8192\nvocab: 32000\nexperts: 64\n"
-                   "experts_per_token: 4\nexpert_ffn: 768\nshared_experts: 1\n")
-    flags = ["--tp", "4", "--ep", "4", "--attention-dp", "--concurrency", "64", "--json", "--no-advice"]
-    weights = {}
-    for extra in ([], ["--mlp-tp"]):
-        assert main(["predict", str(moe), *flags, *extra]) == 0
-        d = json.loads(capsys.readouterr().out)
-        weights[bool(extra)] = d["memory_gb"]["weights"]
-        assert d["deployment"]["dense_dp"] is not bool(extra)
-    assert weights[False] > weights[True]
-    for cmd in ("predict", "advise"):
-        assert main([cmd, str(moe), "--tp", "4", "--mlp-tp"]) == 2
-        assert f"co-design {cmd}: error: --mlp-tp" in capsys.readouterr().err
-    # export writes TensorRT-LLM options, which run these MLPs data-parallel: --mlp-tp is refused, not mislabelled
-    plain = tmp_path / "plain.yaml"
-    plain.write_text(moe.read_text().replace("shared_experts: 1\n", ""))
-    assert main(["export", str(plain), "--tp", "4", "--ep", "4", "--attention-dp", "--mlp-tp", "--concurrency", "64",
-                 "--out", str(tmp_path / "o")]) == 2
-    assert "export without --mlp-tp" in capsys.readouterr().err

@@ -27,7 +27,7 @@ import yaml
 from co_design.export.hf_config import hf_config, hf_extra_params, hf_family
 from co_design.export.quant_recipes import (llmcompressor_recipe, llmcompressor_yaml, modelopt_config, modelopt_yaml,
                                             quantization_plan)
-from co_design.export.serving import check_layout, predicted_figures, serving_options, serving_yaml
+from co_design.export.serving import predicted_figures, serving_options, serving_yaml
 
 if TYPE_CHECKING:
     from co_design.arch import Architecture
@@ -61,7 +61,6 @@ def export(arch: "Architecture", out_dir: str | Path, *, gpu: "GPU | str", deplo
 
     gpu = get_gpu(gpu)
     config = hf_config(arch)  # refuses an unexportable shape before anything is written
-    check_layout(deployment)  # and a layout TensorRT-LLM does not run
     pred = predict(arch, gpu, deployment) if deployment.concurrency is not None else \
         max_throughput(arch, gpu, deployment, slo=slo)
     out = Path(out_dir)

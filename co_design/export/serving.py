@@ -25,9 +25,9 @@ import yaml
 
 if TYPE_CHECKING:
     from co_design.arch import Architecture
-    from co_design.perf import Deployment, Prediction
+    from co_design.perf import Prediction
 
-__all__ = ["check_layout", "serving_options", "serving_yaml", "predicted_figures", "commands", "TRTLLM_URLS"]
+__all__ = ["serving_options", "serving_yaml", "predicted_figures", "commands", "TRTLLM_URLS"]
 
 TRTLLM_URLS = ("https://nvidia.github.io/TensorRT-LLM/commands/trtllm-bench.html",
                "https://nvidia.github.io/TensorRT-LLM/examples/deepseek_r1_reasoning_parser.html")
@@ -39,19 +39,9 @@ def _schedulers(pred: "Prediction") -> int:
     return d.replicas * (d.tp if d.attention_dp else 1)
 
 
-def check_layout(dep: "Deployment") -> None:
-    """ValueError for a layout TensorRT-LLM does not run: it builds the dense MLPs and shared experts with
-    ``overridden_tp_size=1`` under attention-DP, so ``dense_dp=False`` has no TensorRT-LLM options."""
-    if dep.attention_dp and not dep.dense_dp:
-        raise ValueError("dense_dp=False (--mlp-tp): TensorRT-LLM runs the dense MLPs and shared experts "
-                         "data-parallel under attention-DP, so its options cannot serve this layout; export "
-                         "without --mlp-tp")
-
-
 def serving_options(arch: "Architecture", pred: "Prediction") -> dict[str, Any]:
     """The ``--config`` YAML mapping for the operating point ``pred``."""
     d, rt = pred.deployment, pred.deployment.runtime
-    check_layout(d)
     per_scheduler = max(1, math.ceil(pred.batch / _schedulers(pred)))
     opts: dict[str, Any] = {
         "max_batch_size": per_scheduler,

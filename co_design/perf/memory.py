@@ -94,20 +94,16 @@ def activation_bytes_per_gpu(arch: "Architecture", dep: Deployment) -> float:
     rt = dep.runtime
     tok = rt.max_num_tokens
     widest = max(s.q_dim + 2 * s.kv_dim, s.ffn * 2, 1)
-    moe_widest = s.expert_ffn * 2 * arch.experts_per_token if arch.is_moe else 0
-    # under attention-DP every rank's tokens reach each rank's routed experts (all-gather, or an all-to-all whose
+    moe_widest = max(s.shared_ffn * 2, s.expert_ffn * 2 * arch.experts_per_token) if arch.is_moe else 0
+    # under attention-DP every rank's tokens reach each rank's FFN/MoE (all-gather, or an all-to-all whose
     # receive side is sized for the worst case): its buffers hold a_dp x max_num_tokens tokens
-    # (TensorRT-LLM sizes the MoE workspace for max_num_tokens * ep_size * top_k permuted rows); the dense FFN
-    # and shared experts see them too when they run TP (dense_dp=False), else only the rank's own
+    # (TensorRT-LLM sizes the MoE workspace for max_num_tokens * ep_size * top_k permuted rows)
     ffn_tok = tok * s.a_dp
-    mlp_tok = ffn_tok if s.mlp_tp > 1 else tok
-    h = arch.hidden
-    per_token = (4 * h + 2 * widest) * _BF16
-    dense = mlp_tok * (4 * h + 4 * s.ffn) * _BF16 if arch.moe_layers < arch.layers else 0.0
-    moe = ffn_tok * (4 * h + 2 * moe_widest) * _BF16 if moe_widest else 0.0
-    shared = mlp_tok * (4 * h + 4 * s.shared_ffn) * _BF16 if s.shared_ffn else 0.0
+    per_token = (4 * arch.hidden + 2 * widest) * _BF16
+    moe_per_token = (4 * arch.hidden + 2 * moe_widest) * _BF16 if moe_widest else 0.0
+    dense_ffn_tok = ffn_tok if arch.moe_layers < arch.layers else tok
     logits = min(rt.max_batch, tok) * s.vocab * 4.0
-    return max(tok * per_token, dense, moe, shared) + logits
+    return max(tok * per_token, dense_ffn_tok * (4 * arch.hidden + 4 * s.ffn) * _BF16, ffn_tok * moe_per_token) + logits
 
 
 def memory_breakdown(arch: "Architecture", gpu: "GPU", dep: Deployment, batch_per_replica: float) -> MemoryBreakdown:

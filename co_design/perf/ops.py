@@ -215,7 +215,6 @@ class Shards:
     kv_dim: int  # per-GPU K (=V) width; MLA: the latent + rope width (shared by heads)
     o_in: int  # per-GPU input width of o_proj
     o_tp: int  # ways o_proj splits (and ranks of its all-reduce): a_tp, or all tp ranks under Helix
-    mlp_tp: int  # ways the dense FFN and the shared experts split (1 under attention-DP with dense_dp)
     ffn: int  # dense FFN width per GPU
     experts: int  # experts per GPU
     expert_ffn: int  # expert FFN width per GPU
@@ -266,14 +265,13 @@ def shards(arch: "Architecture", dep: Deployment) -> Shards:
         kv_dim = int(kv_heads * arch.head_dim)
         o_in = arch.heads // o_tp * arch.head_dim
     has_dense = arch.moe_layers < arch.layers
-    mlp_tp = 1 if dep.attention_dp and dep.dense_dp else tp
     if has_dense:
-        _check_divides("ffn", arch.ffn, mlp_tp, "tp")
+        _check_divides("ffn", arch.ffn, tp, "tp")
     moe_tp = tp // ep
     if arch.is_moe:
         _check_divides("expert_ffn", arch.expert_ffn, moe_tp, "tp/ep")
         if arch.shared_experts:
-            _check_divides("shared_expert_ffn", arch.shared_expert_ffn * arch.shared_experts, mlp_tp, "tp")
+            _check_divides("shared_expert_ffn", arch.shared_expert_ffn * arch.shared_experts, tp, "tp")
     return Shards(
         a_tp=a_tp,
         a_dp=a_dp,
@@ -284,11 +282,10 @@ def shards(arch: "Architecture", dep: Deployment) -> Shards:
         kv_dim=kv_dim,
         o_in=o_in,
         o_tp=o_tp,
-        mlp_tp=mlp_tp,
-        ffn=arch.ffn // mlp_tp if has_dense else 0,
+        ffn=arch.ffn // tp if has_dense else 0,
         experts=arch.experts // ep if arch.is_moe else 0,
         expert_ffn=arch.expert_ffn // moe_tp if arch.is_moe else 0,
-        shared_ffn=(arch.shared_expert_ffn * arch.shared_experts) // mlp_tp if arch.is_moe else 0,
+        shared_ffn=(arch.shared_expert_ffn * arch.shared_experts) // tp if arch.is_moe else 0,
         vocab=math.ceil(arch.vocab / tp),
         stage_layers=math.ceil(arch.layers / pp),
         moe_tp=moe_tp,
@@ -434,16 +431,11 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
     # a collective before a norm carries it (TensorRT-LLM's all-reduce + residual + RMSNorm + quantize fusion)
     attn_norm_fused = s.o_tp > 1 or s.a_dp > 1
     ffn_norm_fused = s.o_tp > 1
-    # attention-DP with data-parallel dense MLPs and shared experts (Deployment.dense_dp): each rank runs its own
-    # tokens through whole weights, no collective; a dense layer then ends without one, so the norm after it runs
-    # alone (charged to the dense layer's kind: one per dense layer)
-    mlp_dp = s.a_dp > 1 and s.mlp_tp == 1
-    mlp_tok = t_attn if mlp_dp else tokens  # tokens through the dense FFN and shared experts on the busiest GPU
     # prompt attention in fp8 when the KV cache and activations are 8-bit or narrower (FP8 context FMHA)
     pf_prec = "fp8" if (kvp != "bf16" and a != "bf16" and "fp8" in gpu.peak_flops_per_s) else "bf16"
     for is_moe, window, count in layer_kinds(arch, dep.pp):
         # ---------------------------------------------------------------- attention
-        t.mem("attn_norm", t_attn * h * (2 * _BF16 + ab), count, fused=attn_norm_fused and (is_moe or not mlp_dp))
+        t.mem("attn_norm", t_attn * h * (2 * _BF16 + ab), count, fused=attn_norm_fused)
         if arch.mla is None:
             t.gemm("qkv_proj", t_attn, s.q_dim + 2 * s.kv_dim, h, count, w=w, a=a)
             # prompt tokens: RoPE + KV-cache write as their own pre-processing kernel; decode tokens: inside the
@@ -510,15 +502,15 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
         # -------------------------------------------------------------------- FFN
         t.mem("ffn_norm", t_attn * h * (2 * _BF16 + ab), count, fused=ffn_norm_fused)
         if not is_moe:
-            if s.a_dp > 1 and not mlp_dp:  # attention-DP, TP MLP: bring every rank's tokens to it
+            if s.a_dp > 1:  # attention-DP: bring every rank's tokens to the TP FFN
                 t.comm("ffn_all_gather", "all_gather", tokens * h * ab, tp, count)
             n_up = s.ffn * (2 if arch.gated_ffn else 1)
-            t.gemm("gate_up_proj", mlp_tok, n_up, h, count, w=w, a=a)
-            t.mem("activation", mlp_tok * (n_up * _BF16 + s.ffn * ab), count)  # SwiGLU + quantize, one kernel
-            t.gemm("down_proj", mlp_tok, h, s.ffn, count, w=w, a=a)
-            if s.a_dp > 1 and not mlp_dp:
+            t.gemm("gate_up_proj", tokens, n_up, h, count, w=w, a=a)
+            t.mem("activation", tokens * (n_up * _BF16 + s.ffn * ab), count)  # SwiGLU + quantize, one kernel
+            t.gemm("down_proj", tokens, h, s.ffn, count, w=w, a=a)
+            if s.a_dp > 1:
                 t.comm("ffn_reduce_scatter", "reduce_scatter", tokens * h * _BF16, tp, count)
-            elif s.mlp_tp > 1:
+            elif tp > 1:
                 t.comm("ffn_all_reduce", "all_reduce", tokens * h * _BF16, tp, count)
             continue
         e, k = arch.experts, arch.experts_per_token
@@ -551,9 +543,9 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
         t.mem("moe_finalize", local * h * _BF16 + tokens * h * _BF16, count, fused=s.a_dp == 1 and tp > 1)
         if s.shared_ffn:
             n_sh = s.shared_ffn * (2 if arch.gated_ffn else 1)
-            t.gemm("shared_gate_up", mlp_tok, n_sh, h, count, w=w, a=a)
-            t.mem("shared_activation", mlp_tok * (n_sh * _BF16 + s.shared_ffn * ab), count)
-            t.gemm("shared_down", mlp_tok, h, s.shared_ffn, count, w=w, a=a)
+            t.gemm("shared_gate_up", tokens, n_sh, h, count, w=w, a=a)
+            t.mem("shared_activation", tokens * (n_sh * _BF16 + s.shared_ffn * ab), count)
+            t.gemm("shared_down", tokens, h, s.shared_ffn, count, w=w, a=a)
         if a2a:
             fan = ranks_per_token(e, k, dep.ep) * imbalance
             t.comm("moe_combine_all_to_all", "all_to_all", t_attn * fan * h * _BF16, tp, count)

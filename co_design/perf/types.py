@@ -145,16 +145,8 @@ class Deployment:
       ``gpus / (tp * pp)`` replicas serve independent requests.
     * ``tp``: tensor-parallel size of a replica. With ``attention_dp`` the
       attention runs data-parallel across these ``tp`` ranks (each rank its own
-      requests, full attention weights) while the routed experts stay TP/EP ("DEP"
-      with ``ep > 1``; "ADP" without expert parallelism, e.g. a dense model).
-    * ``dense_dp``: with ``attention_dp``, whether the dense FFN layers and the
-      shared experts run data-parallel as well. ``True`` (TensorRT-LLM: its
-      decoder layers build these MLPs with ``overridden_tp_size=1`` under
-      ``enable_attention_dp``): each rank runs its own tokens through whole
-      weights, with no collective. ``False`` (SGLang's ``--enable-dp-attention``
-      without ``--moe-dense-tp-size 1``): every rank's tokens are gathered and the
-      MLP runs TP over all ``tp`` ranks, weights split ``tp`` ways (label
-      suffix ``MLP-TP``). No effect without ``attention_dp``.
+      requests, full attention weights) while the FFN/MoE stays TP/EP ("DEP" with
+      ``ep > 1``; "ADP" without expert parallelism, e.g. a dense model).
     * ``ep``: expert-parallel size inside the ``tp`` ranks (``tp % ep == 0``;
       each expert split ``tp / ep`` ways).
     * ``pp``: pipeline stages (layers split evenly; the slowest stage sets the pace).
@@ -185,7 +177,6 @@ class Deployment:
     ep: int = 1
     pp: int = 1
     attention_dp: bool = False
-    dense_dp: bool = True
     helix: int = 1
     weights: Precision = "nvfp4"
     activations: Precision = "nvfp4"
@@ -242,8 +233,7 @@ class Deployment:
         """TensorRT-LLM-style notation, e.g. ``TP8 EP8 DEP``, ``TP4 ADP`` or ``TP4 PP2 x2``.
 
         ``EP``/``DEP`` (attention-DP with expert parallelism) only when ``ep > 1``:
-        attention-DP without it, as on a dense model, is ``ADP``; ``MLP-TP`` marks
-        attention-DP whose dense MLPs run TP (``dense_dp=False``).
+        attention-DP without it, as on a dense model, is ``ADP``.
         """
         s = f"TP{self.tp}"
         if self.ep > 1:
@@ -252,8 +242,6 @@ class Deployment:
             s += f" PP{self.pp}"
         if self.attention_dp:
             s += " DEP" if self.ep > 1 else " ADP"
-            if not self.dense_dp:
-                s += " MLP-TP"
         if self.helix > 1:
             s += f" Helix{self.helix}"
         if self.replicas > 1:

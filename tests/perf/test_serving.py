@@ -10,7 +10,6 @@ from co_design.perf import (SLO, Deployment, Prediction, Runtime, max_throughput
                             shape_advice)
 from co_design.perf.memory import activation_bytes_per_gpu, kv_bytes_per_request, weights_bytes_per_gpu
 from co_design.perf.ops import step_ops, step_time
-from co_design.perf.roofline import bytes_per_element
 
 SMALL = Architecture(hidden=2048, layers=4, heads=16, kv_heads=4, ffn=8192, vocab=32000, name="small")
 MOE = Architecture(hidden=2048, layers=4, heads=16, kv_heads=4, ffn=768, vocab=32000, experts=64,
@@ -200,38 +199,6 @@ def test_attention_dp_and_ep_change_communication():
     assert {"moe_dispatch_all_to_all", "moe_combine_all_to_all"} <= nvl and "ffn_all_gather" not in nvl
     top_k_ge_ep = {o.name for o in predict(MOE, "gb200", base.replace(ep=4, attention_dp=True)).ops}  # top-4, EP 4
     assert "moe_dispatch_all_to_all" not in top_k_ge_ep and "ffn_all_gather" in top_k_ge_ep
-
-
-def test_attention_dp_runs_dense_mlps_and_shared_experts_data_parallel_unless_told_otherwise():
-    # MOE with one dense layer first and a shared expert (DeepSeek's layout, small): 1 dense + 3 MoE layers
-    arch = MOE.replace(dense_layers=1, shared_experts=1)
-    gpu = get_gpu("b200")
-    adp = Deployment(tp=4, ep=4, attention_dp=True, isl=1000, osl=1000, concurrency=64)
-
-    def ops(dep: Deployment) -> list:
-        return step_ops(arch, gpu, dep, decode=64, context=1000, prefill_tokens=0, prefill_len=1000)
-
-    def shape(rows: list, name: str) -> tuple[int, int, int]:
-        return next(o.shape for o in rows if o.name == name)
-
-    def collectives(rows: list, name: str) -> float:
-        return sum(o.count for o in rows if o.name == name)
-
-    dp, tp = ops(adp), ops(adp.replace(dense_dp=False))
-    # TensorRT-LLM (overridden_tp_size=1 under attention-DP): each rank's own 16 tokens through whole weights
-    assert shape(dp, "gate_up_proj") == (16, 2 * 768, 2048) and shape(dp, "shared_gate_up") == (16, 2 * 768, 2048)
-    # SGLang's default: all 64 tokens through a quarter of the width
-    assert shape(tp, "gate_up_proj") == (64, 2 * 768 // 4, 2048) and shape(tp, "shared_gate_up") == (64, 384, 2048)
-    # the routed experts see every rank's tokens either way; the dense layer gathers them only for a TP MLP
-    assert collectives(dp, "ffn_all_gather") == collectives(dp, "ffn_reduce_scatter") == 3
-    assert collectives(tp, "ffn_all_gather") == collectives(tp, "ffn_reduce_scatter") == 4
-    # whole dense-FFN and shared-expert weights on every rank: 2 MLPs of 3 matrices, 3/4 more than a TP4 shard
-    extra = weights_bytes_per_gpu(arch, adp) - weights_bytes_per_gpu(arch, adp.replace(dense_dp=False))
-    assert extra == pytest.approx((1 + 3) * 3 * 2048 * 768 * bytes_per_element(adp.weights) * 3 / 4)
-    assert adp.label == "TP4 EP4 DEP" and adp.replace(dense_dp=False).label == "TP4 EP4 DEP MLP-TP"
-    # without attention-DP the flag changes nothing
-    plain = Deployment(tp=4, ep=4, isl=1000, osl=1000, concurrency=64)
-    assert predict(arch, gpu, plain).tpot_s == predict(arch, gpu, plain.replace(dense_dp=False)).tpot_s
 
 
 def test_helix_splits_kv_per_gpu():

@@ -103,12 +103,3 @@ def test_block_fp8_scaling_reaches_the_model_only_with_fp8_activations():
     block = perf.predict(ARCH, "h100", perf_deployment(dep, combo, None, 1))
     tensor = perf.predict(ARCH, "h100", perf_deployment(_dep(weights="fp8", activations="fp8"), combo, None, 1))
     assert block.tpot_s > tensor.tpot_s
-
-
-def test_dense_dp_reaches_the_model():
-    from search.scoring import perf_deployment
-
-    combo = dict(tp=2, ep=1, pp=1, attention_dp=True, helix=1)
-    assert perf_deployment(_dep(), combo, None, 8).dense_dp is True  # TensorRT-LLM's layout by default
-    tp_mlp = perf_deployment(_dep(dense_dp=False), combo, None, 8)
-    assert tp_mlp.dense_dp is False and tp_mlp.label.endswith("MLP-TP")
