@@ -23,7 +23,8 @@ What is reported (benchmarks/results/validation.md + validation.json):
    family, so the pairs that mix families say least about it. The pairs within 1.25x that the model
    orders wrong are listed, each row with its error.
 2. **Held-out accuracy**: leave-one-model-out (every fitted parameter refit without the model) and four
-   named splits (Hopper <-> Blackwell, which is also FP8 <-> FP4 on this data; dense <-> MoE).
+   named splits (Hopper <-> Blackwell, which is also FP8 <-> FP4 on this data; dense <-> MoE). A parameter
+   no training row can move is pinned at its idealized value, not fitted (:func:`unconstrained`).
 3. **Fitted values and their spread across the leave-one-model-out folds**, and the product's defaults
    (the fit on all perf-overview rows) with their in-sample figures.
 4. **Test set**: TPOT/TTFT at concurrency 1-64, MdAPE on the max-load rows, whether the model orders each
