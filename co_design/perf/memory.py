@@ -5,6 +5,8 @@
   attention-DP; K/V projections replicated when tp exceeds kv_heads; experts over
   ``tp`` = ``ep × tp/ep``); embeddings, lm_head (vocab-parallel over tp), router
   and norms in bf16. Layers of the slowest pipeline stage, plus embedding and head.
+  Under attention-DP the embedding and lm_head are whole on every rank, as
+  TensorRT-LLM builds them (see :func:`co_design.perf.ops.shards`).
 * KV cache per request, per GPU, at ISL+OSL tokens: Σ_layers min(ISL+OSL, window)
   × per-GPU K/V width (MLA: latent + rope, replicated over the attention-TP
   ranks) × KV bytes, divided by the Helix KV split. Under attention-DP each rank
@@ -62,7 +64,7 @@ def weights_bytes_per_gpu(arch: "Architecture", dep: Deployment) -> float:
     # MoE share of the slowest stage's layers (the model's mix, scaled)
     n_moe = min(s.stage_layers, math.ceil(arch.moe_layers * s.stage_layers / arch.layers))
     layers = s.stage_layers * (attn + 2 * h * _BF16) + n_moe * moe + (s.stage_layers - n_moe) * dense
-    emb = arch.vocab * h * _BF16 / dep.tp
+    emb = arch.vocab * h * _BF16 / (dep.tp // s.a_dp)  # whole under attention-DP, like the head
     head = 0.0 if arch.tied_embeddings else s.vocab * h * _BF16
     edges = emb + head + h * _BF16 if dep.pp == 1 else max(emb, head + h * _BF16)  # + final norm
     return layers + edges

@@ -56,7 +56,9 @@ after parallelism; see :class:`Shards`):
   TensorRT-LLM 1.0 chooses; Helix all-to-all of partial
   attention outputs; PP point-to-point.
 
-Plus ``embedding``, ``final_norm``, ``lm_head`` (bf16) and ``sampling`` per step.
+Plus ``embedding``, ``final_norm``, ``lm_head`` (bf16) and ``sampling`` per step:
+vocab-parallel over the replica's sequences, or under attention-DP whole on
+every rank over its own sequences, with no logits gather (TensorRT-LLM's layout).
 Pure Python.
 """
 
@@ -219,7 +221,7 @@ class Shards:
     experts: int  # experts per GPU
     expert_ffn: int  # expert FFN width per GPU
     shared_ffn: int  # shared experts' total width per GPU
-    vocab: int  # lm_head rows per GPU
+    vocab: int  # lm_head rows per GPU (the whole vocabulary under attention-DP)
     stage_layers: int  # layers on the slowest pipeline stage
     moe_tp: int  # ways each expert splits
 
@@ -286,7 +288,12 @@ def shards(arch: "Architecture", dep: Deployment) -> Shards:
         experts=arch.experts // ep if arch.is_moe else 0,
         expert_ffn=arch.expert_ffn // moe_tp if arch.is_moe else 0,
         shared_ffn=(arch.shared_expert_ffn * arch.shared_experts) // tp if arch.is_moe else 0,
-        vocab=math.ceil(arch.vocab / tp),
+        # attention-DP: TensorRT-LLM keeps the embedding and lm_head whole on every rank, each rank's
+        # own sequences through them ("the problem size of different ranks are different", so no
+        # all-reduce: Qwen3MoEModel / Llama4Model embed_tokens, DecoderModelForCausalLM lm_head unless
+        # enable_lm_head_tp_in_adp); SGLang replicates the embedding too, its lm_head stays
+        # vocab-parallel unless --enable-dp-lm-head
+        vocab=math.ceil(arch.vocab / a_tp) if dep.attention_dp else math.ceil(arch.vocab / tp),
         stage_layers=math.ceil(arch.layers / pp),
         moe_tp=moe_tp,
     )
@@ -556,11 +563,13 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
     # ------------------------------------------------------------- per step
     stage_first = 1.0  # embedding and head: on the first / last stage; the slowest stage is charged both
     t.mem("embedding", t_attn * h * _BF16 * 2, stage_first)
-    heads_in = decode + n_prompts  # sequences producing a next token this step
+    # sequences producing a next token this step: all of the replica's through a vocab-parallel head; under
+    # attention-DP each rank's own (the head is whole on every rank) and no logits gather
+    heads_in = decode + n_prompts if s.a_dp == 1 else dec_attn + n_prompts / pf_div
     t.mem("final_norm", heads_in * h * _BF16 * 3, 1.0, fused=tp > 1 and s.a_dp == 1)
     t.gemm("lm_head", heads_in, s.vocab, h, 1.0, w="bf16", a="bf16")
     t.mem("sampling", heads_in * s.vocab * 4.0 * 2, 1.0)
-    if tp > 1:
+    if tp > 1 and s.a_dp == 1:
         t.comm("logits_all_gather", "all_gather", heads_in * 4.0 * 2, tp, 1.0)  # top-k partials, not full logits
     if dep.pp > 1:
         # the slowest stage boundary crosses NVLink domains when the replica (tp * pp GPUs) exceeds one

@@ -515,8 +515,22 @@ def test_attention_dp_moe_buffers_hold_every_ranks_tokens():
     moe_row = (4 * 2048 + 2 * (768 * 2 * 4)) * 2.0  # bytes per token of the MoE buffers (bf16)
     logits = 2048 * (32000 // 4) * 4.0  # min(max_batch, max_num_tokens) fp32 logits of a vocab shard
     assert activation_bytes_per_gpu(MOE, tp) == 8192 * moe_row + logits
-    # attention-DP: the MoE of each rank receives all four ranks' tokens (TensorRT-LLM all-gather)
-    assert activation_bytes_per_gpu(MOE, tp.replace(attention_dp=True)) == 4 * 8192 * moe_row + logits
+    # attention-DP: the MoE of each rank receives all four ranks' tokens (TensorRT-LLM all-gather), and each
+    # rank's head produces whole-vocabulary logits for its own sequences
+    assert activation_bytes_per_gpu(MOE, tp.replace(attention_dp=True)) == 4 * 8192 * moe_row + 4 * logits
+
+
+@pytest.mark.parametrize("attention_dp, ways", [(False, 4), (True, 1)])
+def test_attention_dp_keeps_embedding_and_head_whole_on_every_rank(attention_dp, ways):
+    # TensorRT-LLM under enable_attention_dp: embed_tokens and lm_head unsplit on each rank (each rank's own
+    # sequences; no all-reduce over ranks of different sizes). The vocabulary's share of a GPU's weights:
+    d = Deployment(tp=4, ep=4, attention_dp=attention_dp, isl=1000, osl=1000, concurrency=256)
+    more = MOE.replace(vocab=MOE.vocab + 4096)
+    assert weights_bytes_per_gpu(more, d) - weights_bytes_per_gpu(MOE, d) == 2 * 4096 * MOE.hidden * 2.0 / ways
+    kw = dict(decode=256, context=1500, prefill_tokens=0, prefill_len=1000)
+    ops = {o.name: o for o in step_ops(MOE, get_gpu("b200"), d, **kw)}
+    assert ops["lm_head"].shape[:2] == (256 // (4 // ways), MOE.vocab // ways)  # sequences x vocab rows
+    assert ("logits_all_gather" in ops) == (not attention_dp)
 
 
 def test_block_scaled_fp8_quantizes_each_dense_gemm_input_that_no_kernel_before_it_writes():
