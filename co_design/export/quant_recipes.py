@@ -13,9 +13,15 @@ the deployment's weight/activation format; the token embedding, the LM head, the
   Format: https://nvidia.github.io/Model-Optimizer/guides/_quant_cfg.html and
   https://nvidia.github.io/TensorRT-Model-Optimizer/reference/generated/modelopt.torch.quantization.config.html
 * LLM Compressor ``oneshot(model=..., recipe=...)``: a recipe YAML whose stage holds a
-  ``QuantizationModifier`` with ``targets: [Linear]``, ``scheme: NVFP4`` (or ``FP8_DYNAMIC``) and
+  ``QuantizationModifier`` with ``targets: [Linear]``, ``scheme: NVFP4`` (or ``FP8``) and
   ``ignore`` (module names, ``re:`` for a regular expression).
   Format: https://docs.vllm.ai/projects/llm-compressor/en/0.7.0/examples/quantization_w4a4_fp4/
+  FP8 is compressed-tensors' ``FP8`` preset: weights and input activations scaled per tensor,
+  statically (calibrated), the scaling the performance model costs with ``fp8_scaling="tensor"``;
+  not ``FP8_DYNAMIC`` (per-channel weights), whose per-token activation scales a runtime computes
+  in a kernel of its own before each GEMM. Weight-only FP8 has no preset: it is written as a
+  ``config_groups`` entry of per-tensor FP8 weights (presets: compressed-tensors
+  ``src/compressed_tensors/quantization/quant_scheme.py``, ``PRESET_SCHEMES``).
 
 Module names are those of the transformers family :mod:`co_design.export.hf_config` writes
 (Llama, Qwen3-MoE: router ``mlp.gate``; DeepSeek-V3: router ``mlp.gate``, shared experts
@@ -42,7 +48,9 @@ LLMCOMPRESSOR_URL = "https://docs.vllm.ai/projects/llm-compressor/en/0.7.0/examp
 # Deployment format -> (ModelOpt quantizer attributes, LLM Compressor scheme)
 _NVFP4 = {"num_bits": [2, 1], "block_sizes": {-1: 16, "type": "dynamic", "scale_bits": [4, 3]}}
 _FP8 = {"num_bits": [4, 3], "axis": None}
-_FORMATS = {"nvfp4": (_NVFP4, "NVFP4"), "fp8": (_FP8, "FP8_DYNAMIC")}
+_FORMATS = {"nvfp4": (_NVFP4, "NVFP4"), "fp8": (_FP8, "FP8")}
+# weight-only FP8 for LLM Compressor (no preset): per-tensor FP8 weights, 16-bit activations
+_FP8_WEIGHT_ONLY = {"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": True, "dynamic": False}
 
 
 def _check(dep: "Deployment") -> None:
@@ -54,7 +62,7 @@ def _check(dep: "Deployment") -> None:
                          "activations to the weights' format or leave them 16-bit")
     if dep.fp8_scaling != "tensor":
         raise ValueError(f"fp8_scaling={dep.fp8_scaling!r}: the recipes written here scale FP8 per tensor (ModelOpt) "
-                         "or per token (LLM Compressor FP8_DYNAMIC), not in 128x128 blocks; export with "
+                         "(ModelOpt, LLM Compressor's FP8 preset), not in 128x128 blocks; export with "
                          "--fp8-scaling tensor")
 
 
@@ -110,13 +118,17 @@ def modelopt_config(arch: "Architecture", dep: "Deployment") -> dict[str, Any]:
 def llmcompressor_recipe(arch: "Architecture", dep: "Deployment") -> dict[str, Any]:
     """LLM Compressor recipe mapping (format: :data:`LLMCOMPRESSOR_URL`)."""
     _check(dep)
-    scheme = _FORMATS[dep.weights][1]
-    if dep.activations != dep.weights:
-        scheme = "NVFP4A16" if dep.weights == "nvfp4" else "FP8"  # weight-only variants
     ignore = ["lm_head"]
     if arch.is_moe:
         ignore.append("re:.*mlp.gate$")
-    modifier: dict[str, Any] = {"targets": ["Linear"], "scheme": scheme, "ignore": ignore}
+    modifier: dict[str, Any]
+    if dep.activations == dep.weights:
+        modifier = {"targets": ["Linear"], "scheme": _FORMATS[dep.weights][1], "ignore": ignore}
+    elif dep.weights == "nvfp4":
+        modifier = {"targets": ["Linear"], "scheme": "NVFP4A16", "ignore": ignore}
+    else:  # weight-only FP8: no preset (compressed-tensors' FP8 preset quantizes the activations too)
+        modifier = {"config_groups": {"group_0": {"targets": ["Linear"], "weights": dict(_FP8_WEIGHT_ONLY)}},
+                    "ignore": ignore}
     if dep.kv_cache == "fp8":
         modifier["kv_cache_scheme"] = {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False,
                                        "symmetric": True}
@@ -139,7 +151,11 @@ def modelopt_yaml(arch: "Architecture", dep: "Deployment") -> str:
 
 
 def llmcompressor_yaml(arch: "Architecture", dep: "Deployment") -> str:
-    head = ["LLM Compressor recipe for llmcompressor.oneshot(model=..., recipe=this file),",
+    static = [x for x, on in (("input activation", dep.activations == dep.weights), ("KV-cache", dep.kv_cache == "fp8"))
+              if on]
+    calib = (f"dataset=... (the {' and '.join(static)} scales are static: calibrated on its samples), " if static
+             else "")
+    head = [f"LLM Compressor recipe for llmcompressor.oneshot(model=..., {calib}recipe=this file),",
             f"written by co-design export for {arch.name}. Format: {LLMCOMPRESSOR_URL}",
             "Plan:", *plan_comment(arch, dep)]
     return _header(head) + yaml.safe_dump(llmcompressor_recipe(arch, dep), sort_keys=False)

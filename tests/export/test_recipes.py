@@ -92,6 +92,7 @@ def test_llmcompressor_dense_and_weight_only():
     wo = llmcompressor_recipe(DENSE, Deployment(activations="bf16"))
     assert wo["default_stage"]["default_modifiers"]["QuantizationModifier"]["scheme"] == "NVFP4A16"
     text = llmcompressor_yaml(MOE, NVFP4)
+    assert "dataset=... (the input activation and KV-cache scales are static" in text
     assert "https://docs.vllm.ai/projects/llm-compressor/" in text and yaml.safe_load(text) == llmcompressor_recipe(MOE, NVFP4)
 
 
@@ -100,3 +101,21 @@ def test_plan_and_refusal():
     assert plan["mlp.gate (router)"] == "bf16" and plan["lm_head"] == "bf16" and plan["mlp.experts.*"] == "nvfp4"
     with pytest.raises(ValueError, match="weights='bf16'"):
         modelopt_config(DENSE, Deployment(weights="bf16", activations="bf16"))
+
+
+def test_llmcompressor_fp8_scales_per_tensor_as_predicted():
+    # compressed-tensors presets: FP8 = per-tensor static weights and activations (what fp8_scaling="tensor"
+    # costs); FP8_DYNAMIC would scale activations per token at run time, a kernel the model does not charge
+    fp8 = Deployment(weights="fp8", activations="fp8", kv_cache="bf16")
+    mod = llmcompressor_recipe(DENSE, fp8)["default_stage"]["default_modifiers"]["QuantizationModifier"]
+    assert mod["scheme"] == "FP8" and mod["targets"] == ["Linear"]
+    # weight-only FP8 has no preset ("FP8" would quantize the activations too): an explicit weights-only group
+    wo = llmcompressor_recipe(MOE, fp8.replace(activations="bf16"))["default_stage"]["default_modifiers"][
+        "QuantizationModifier"]
+    assert "scheme" not in wo and wo["ignore"] == ["lm_head", "re:.*mlp.gate$"]
+    group = wo["config_groups"]["group_0"]
+    assert group["targets"] == ["Linear"] and "input_activations" not in group
+    assert group["weights"] == {"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": True,
+                                "dynamic": False}
+    # nothing static to calibrate: the header asks for no dataset
+    assert "dataset=" not in llmcompressor_yaml(MOE, fp8.replace(activations="bf16"))
