@@ -293,7 +293,7 @@ def shards(arch: "Architecture", dep: Deployment) -> Shards:
         # all-reduce: Qwen3MoEModel / Llama4Model embed_tokens, DecoderModelForCausalLM lm_head unless
         # enable_lm_head_tp_in_adp); SGLang replicates the embedding too, its lm_head stays
         # vocab-parallel unless --enable-dp-lm-head
-        vocab=math.ceil(arch.vocab / a_tp) if dep.attention_dp else math.ceil(arch.vocab / tp),
+        vocab=arch.vocab if dep.attention_dp else math.ceil(arch.vocab / tp),
         stage_layers=math.ceil(arch.layers / pp),
         moe_tp=moe_tp,
     )
