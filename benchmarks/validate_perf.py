@@ -449,9 +449,12 @@ def unconstrained(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def fit(predictor: Predictor, rows: list[dict[str, Any]], rounds: int = 8, log: str = "",
-        pair_moves: bool = False) -> dict[str, float]:
+        pair_moves: bool = False, also_from: dict[str, float] | None = None) -> dict[str, float]:
     """:func:`grid_search` of :data:`CALIBRATED` minimizing :func:`fit_error` on ``rows``, from two starts (an
-    idealized runtime, :data:`NEUTRAL`, and the middle of every grid).
+    idealized runtime, :data:`NEUTRAL`, and the middle of every grid), and from ``also_from`` when given: the
+    fit on all rows also starts from the shipped constants, so it keeps them unless it finds lower error (a
+    coordinate descent stops in the first valley it reaches; the shipped point is one the held-out fits never
+    see, as they start only from the first two).
 
     A parameter no row can move (:func:`unconstrained`) is pinned at its idealized value (:data:`NEUTRAL`)
     instead of keeping whichever start's value won: that value would be an accident of the search, and a
@@ -466,8 +469,10 @@ def fit(predictor: Predictor, rows: list[dict[str, Any]], rounds: int = 8, log: 
 
     pinned = unconstrained(rows)
     grids = {k: [NEUTRAL[k]] if k in pinned else grid for k, (_, grid) in CALIBRATED.items()}
-    best = grid_search(err, grids, [dict(NEUTRAL), {k: g[len(g) // 2] for k, g in grids.items()}], rounds,
-                       pair_moves)
+    starts = [dict(NEUTRAL), {k: g[len(g) // 2] for k, g in grids.items()}]
+    if also_from is not None:
+        starts.append({k: also_from[k] if also_from[k] in g else g[0] for k, g in grids.items()})
+    best = grid_search(err, grids, starts, rounds, pair_moves)
     if log and pinned:
         print(f"fit {log}: no row moves {', '.join(pinned)}: pinned at {[NEUTRAL[k] for k in pinned]}", flush=True)
     if log:
@@ -652,7 +657,8 @@ def main(argv: list[str] | None = None) -> int:
     by_id = {r["id"]: r for r in rows}
     predictor = Predictor(args.jobs)
     if args.fit_only:
-        fit(predictor, dev + low, log="all perf-overview and low-concurrency rows", pair_moves=args.pair_moves)
+        fit(predictor, dev + low, log="all perf-overview and low-concurrency rows", pair_moves=args.pair_moves,
+            also_from={k: getattr(Runtime(), k) for k in CALIBRATED})
         predictor.close()
         return 0
     if args.latency_folds:
@@ -664,7 +670,7 @@ def main(argv: list[str] | None = None) -> int:
     fitted_all = None
     if not args.quick:
         fitted_all = fit(predictor, dev + low, log="all perf-overview and low-concurrency rows (product defaults)",
-                         pair_moves=args.pair_moves)
+                         pair_moves=args.pair_moves, also_from=defaults)
         if fitted_all != defaults:
             print(f"WARNING: Runtime() defaults {defaults} differ from the fit on all dev rows {fitted_all}; "
                   "this report uses the fit -- set them in co_design/perf/types.py", flush=True)

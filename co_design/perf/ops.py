@@ -47,7 +47,9 @@ after parallelism; see :class:`Shards`):
   rank runs (:func:`busiest_rank_experts`) with the tokens it receives
   (:func:`busiest_rank_load`: routing skew from a published statistic plus the
   binomial spread of a finite batch); ``moe_finalize``; ``shared_*`` for shared
-  experts.
+  experts, on an auxiliary CUDA stream beside the routed chain (TensorRT-LLM's
+  ``maybe_execute_in_parallel``, SGLang's dual-stream MoE): their bytes and FLOPs
+  count, their launches overlap the routed kernels'.
 * Communication: TP all-reduce after attention and FFN; with attention-DP an
   all-gather of the tokens before the FFN/MoE and a reduce-scatter after it, or,
   for EP over multi-node NVLink (NVL72) with ep > top_k, an all-to-all
@@ -337,13 +339,16 @@ class _Table:
         self.precs: dict[tuple[str, str], str] = {}  # (weights, activations) -> math precision
 
     def gemm(self, name: str, m: float, n: int, k: int, count: float, *, w: str, a: str, groups: int = 1,
-             grouped: bool = False) -> None:
+             grouped: bool = False, side_stream: bool = False) -> None:
+        """A GEMM (and its input's quantization kernel under block-scaled FP8). ``side_stream``: it runs on an
+        auxiliary CUDA stream beside a longer chain of kernels, so its launches overlap that chain's (its
+        FLOPs and bytes still share the GPU's rates)."""
         m = math.ceil(m)
         if m <= 0 or n <= 0 or k <= 0 or count <= 0:
             return
         if self.block_fp8 and a == "fp8" and name in _BLOCK_QUANT_INPUTS:
             # per-token-group quantization of the input: bf16 in, fp8 and one fp32 scale per 128 values out
-            self.mem(name + "_act_quant", m * k * (_BF16 + 1 + 4 / _FP8_GROUP), count)
+            self.mem(name + "_act_quant", m * k * (_BF16 + 1 + 4 / _FP8_GROUP), count, fused=side_stream)
         prec = self.precs.get((w, a))
         if prec is None:
             prec = self.precs[w, a] = math_precision(w, a, self.gpu)
@@ -351,7 +356,7 @@ class _Table:
         g = gemm(self.gpu, m, n, k, weights=w, activations=a, groups=groups, efficiency=eff,
                  bandwidth_efficiency=self.bw_eff * (self.grouped_bw if grouped else 1.0),
                  tile_overhead_s=self.tile_oh if grouped else 0.0,
-                 token_tiles=grouped, kernel_overhead_s=self.kernel_oh)
+                 token_tiles=grouped, kernel_overhead_s=0.0 if side_stream else self.kernel_oh)
         self.by_bound[g[1]] += g[0] * count
         if not self.keep:
             return
@@ -362,7 +367,8 @@ class _Table:
 
     def mem(self, name: str, nbytes: float, count: float, flops: float = 0.0, *, fused: bool = False) -> None:
         """A memory-bound elementwise op moving ``nbytes`` per instance. ``fused``: it runs inside a
-        neighbouring kernel (its bytes stay, its kernel overhead does not)."""
+        neighbouring kernel or on a side stream beside a longer chain (its bytes stay, its kernel overhead
+        does not)."""
         if nbytes <= 0 or count <= 0:
             return
         t, bound = roofline(0.0, nbytes / self.bw, 0.0 if fused else self.kernel_oh)
@@ -549,10 +555,13 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
         # finalize: weighted sum of each token's k outputs (+ residual); rides the FFN all-reduce under TP
         t.mem("moe_finalize", local * h * _BF16 + tokens * h * _BF16, count, fused=s.a_dp == 1 and tp > 1)
         if s.shared_ffn:
+            # on an auxiliary stream beside the routed experts' longer chain (router, permute, two grouped
+            # GEMMs): TensorRT-LLM's DeepseekV3MoE / Llama4MoE maybe_execute_in_parallel, SGLang's dual-stream
+            # MoE; their launches overlap, their bytes and FLOPs do not
             n_sh = s.shared_ffn * (2 if arch.gated_ffn else 1)
-            t.gemm("shared_gate_up", tokens, n_sh, h, count, w=w, a=a)
-            t.mem("shared_activation", tokens * (n_sh * _BF16 + s.shared_ffn * ab), count)
-            t.gemm("shared_down", tokens, h, s.shared_ffn, count, w=w, a=a)
+            t.gemm("shared_gate_up", tokens, n_sh, h, count, w=w, a=a, side_stream=True)
+            t.mem("shared_activation", tokens * (n_sh * _BF16 + s.shared_ffn * ab), count, fused=True)
+            t.gemm("shared_down", tokens, h, s.shared_ffn, count, w=w, a=a, side_stream=True)
         if a2a:
             fan = ranks_per_token(e, k, dep.ep) * imbalance
             t.comm("moe_combine_all_to_all", "all_to_all", t_attn * fan * h * _BF16, tp, count)

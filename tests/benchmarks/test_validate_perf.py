@@ -239,3 +239,26 @@ def test_a_fit_pins_what_no_training_row_can_move():
     assert fitted["nvfp4_compute_efficiency"] == vp.NEUTRAL["nvfp4_compute_efficiency"]
     assert {c["nvfp4_compute_efficiency"] for c in calls} == {vp.NEUTRAL["nvfp4_compute_efficiency"]}
     assert fitted["compute_efficiency"] == 0.8
+
+
+def test_the_fit_on_all_rows_keeps_the_shipped_point_unless_it_finds_lower_error():
+    """Two valleys: host time per iteration against per-kernel gap. A descent from the idealized start ends in
+    the shallower one; started also from the shipped constants, the fit keeps the deeper one."""
+    import json
+
+    rows = [r for r in json.loads(vp.DATA.read_text()) if not vp.is_mlperf(r)]  # nothing pinned
+
+    class TwoValleys:
+        def __call__(self, rs, p):
+            host, gap = p["iteration_overhead_s"], p["kernel_gap_s"]
+            # the deeper valley at 0.5 ms and 2 us, reached only by moving both; the shallower one at 0 and 4 us
+            err = min(0.01 + abs(host - 0.5e-3) * 1e3 + abs(gap - 2e-6) * 1e5,
+                      0.05 + abs(host) * 100 + abs(gap - 4e-6) * 1e4)
+            return [{"predicted": math.exp(err), "measured": 1.0} for _ in rs]
+
+    shipped = {k: getattr(vp.Runtime(), k) for k in vp.CALIBRATED} | {"iteration_overhead_s": 0.5e-3,
+                                                                       "kernel_gap_s": 2e-6}
+    alone = vp.fit(TwoValleys(), rows, rounds=3)
+    assert (alone["iteration_overhead_s"], alone["kernel_gap_s"]) == (0.0, 4e-6)
+    both = vp.fit(TwoValleys(), rows, rounds=3, also_from=shipped)
+    assert (both["iteration_overhead_s"], both["kernel_gap_s"]) == (0.5e-3, 2e-6)

@@ -569,3 +569,26 @@ def test_block_scaling_needs_fp8_activations():
         Deployment(weights="fp8", activations="nvfp4", fp8_scaling="block")
     with pytest.raises(ValueError, match="fp8_scaling='row'"):
         Deployment(weights="fp8", activations="fp8", fp8_scaling="row")
+
+
+@pytest.mark.parametrize("scaling", ["tensor", "block"])
+def test_shared_experts_run_beside_the_routed_ones_paying_their_bytes_but_not_their_launches(scaling):
+    # TensorRT-LLM (maybe_execute_in_parallel on an auxiliary stream) and SGLang (dual-stream MoE) run the
+    # shared experts beside the longer routed chain: at batch 1, where launches dominate, they add only the
+    # time their weights take to stream
+    gpu = get_gpu("h100")
+    d = Deployment(weights="fp8", activations="fp8", fp8_scaling=scaling, concurrency=1)
+    kw = dict(decode=1, context=1000, prefill_tokens=0, prefill_len=1000)
+    plain = MOE.replace(shared_experts=0)
+    shared = MOE.replace(shared_experts=1)
+    ops = {o.name: o for o in step_ops(shared, gpu, d, **kw)}
+    bw = gpu.hbm_bytes_per_s * gpu.memory_efficiency
+    side = [n for n in ops if n.startswith("shared_")]
+    assert sorted(side) == sorted(["shared_gate_up", "shared_activation", "shared_down"]
+                                  + (["shared_gate_up_act_quant"] if scaling == "block" else []))
+    for n in side:  # memory-bound at one token: bytes at the HBM rate, no per-kernel overhead
+        assert ops[n].time_s == pytest.approx(ops[n].bytes / bw)
+    added = sum(step_time(shared, gpu, d, **kw).values()) - sum(step_time(plain, gpu, d, **kw).values())
+    assert added == pytest.approx(sum(ops[n].time_s for n in side))
+    launch = gpu.kernel_overhead_s + d.runtime.kernel_gap_s
+    assert added < len(side) * MOE.layers * launch  # less than their launches alone would have cost
