@@ -471,7 +471,7 @@ def fit(predictor: Predictor, rows: list[dict[str, Any]], rounds: int = 8, log: 
     grids = {k: [NEUTRAL[k]] if k in pinned else grid for k, (_, grid) in CALIBRATED.items()}
     starts = [dict(NEUTRAL), {k: g[len(g) // 2] for k, g in grids.items()}]
     if also_from is not None:
-        starts.append({k: also_from[k] if also_from[k] in g else g[0] for k, g in grids.items()})
+        starts.append({k: min(g, key=lambda v, x=also_from[k]: abs(v - x)) for k, g in grids.items()})  # on the grid
     best = grid_search(err, grids, starts, rounds, pair_moves)
     if log and pinned:
         print(f"fit {log}: no row moves {', '.join(pinned)}: pinned at {[NEUTRAL[k] for k in pinned]}", flush=True)
