@@ -360,8 +360,8 @@ class _Table:
         self.by_bound[g[1]] += g[0] * count
         if not self.keep:
             return
-        frac = (g.flops / g.time_s / self.gpu.peak_flops_per_s[prec]) if g.bound == "compute" else (
-            g.bytes / g.time_s / self.gpu.hbm_bytes_per_s)
+        frac = 0.0 if g.time_s <= 0 else (g.flops / g.time_s / self.gpu.peak_flops_per_s[prec]) if (
+            g.bound == "compute") else (g.bytes / g.time_s / self.gpu.hbm_bytes_per_s)
         self.rows.append(OpCost(name, self.phase, "gemm", count, g.time_s * count, g.flops * count, g.bytes * count,
                                 g.bound, prec, (m, n, k), groups, g.tile_efficiency, g.wave_efficiency, frac))
 
@@ -375,7 +375,9 @@ class _Table:
         self.by_bound[bound] += t * count
         if self.keep:
             self.rows.append(OpCost(name, self.phase, "elementwise", count, t * count, flops * count, nbytes * count,
-                                    bound, "bf16", achieved_fraction=nbytes / t / self.gpu.hbm_bytes_per_s))
+                                    # a launch-free op on a vanishing share of a token can underflow to 0 s
+                                    bound, "bf16", achieved_fraction=nbytes / t / self.gpu.hbm_bytes_per_s if t > 0
+                                    else 0.0))
 
     def attention(self, name: str, flops: float, nbytes: float, count: float, prec: str = "bf16") -> None:
         if (flops <= 0 and nbytes <= 0) or count <= 0:

@@ -272,3 +272,17 @@ def test_a_rank_with_over_a_thousand_experts_does_not_overflow():
     arch = Architecture(hidden=2048, layers=4, heads=16, ffn=1024, vocab=32000, experts=2060, experts_per_token=8,
                         expert_ffn=256)
     assert predict(arch, "b200", Deployment(tp=2, ep=2, concurrency=64)).tpot_s > 0
+
+
+def test_a_vanishing_prompt_share_through_the_side_stream_costs_zero_seconds_not_an_error():
+    # found by test_the_op_table_and_the_fast_path_agree: 5e-324 prompt tokens through a shared expert, whose
+    # launch runs on the side stream, gives an elementwise op whose time underflows to 0 s; the table must
+    # still agree with the fast path (it divided by that time)
+    arch = Architecture(hidden=256, layers=1, heads=1, kv_heads=1, head_dim=64, ffn=256, vocab=1000, gated_ffn=False,
+                        experts=2, experts_per_token=1, shared_experts=1, expert_ffn=128)
+    gpu, dep = get_gpu("h100"), Deployment(weights="bf16", activations="bf16", kv_cache="bf16")
+    kw = dict(decode=0.0, context=0.0, prefill_tokens=5e-324, prefill_len=float(dep.isl))
+    rows = step_ops(arch, gpu, dep, **kw)
+    assert any(o.time_s == 0.0 and o.achieved_fraction == 0.0 for o in rows)
+    for bound, seconds in step_time(arch, gpu, dep, **kw).items():
+        assert sum(o.time_s for o in rows if o.bound == bound) == pytest.approx(seconds, rel=1e-9, abs=1e-15)
