@@ -656,17 +656,17 @@ def main(argv: list[str] | None = None) -> int:
     dev = [r for r in rows if not is_mlperf(r)]
     by_id = {r["id"]: r for r in rows}
     predictor = Predictor(args.jobs)
+    runtime = Runtime()
+    defaults = {k: getattr(runtime, k) for k in CALIBRATED}  # the shipped constants
     if args.fit_only:
         fit(predictor, dev + low, log="all perf-overview and low-concurrency rows", pair_moves=args.pair_moves,
-            also_from={k: getattr(Runtime(), k) for k in CALIBRATED})
+            also_from=defaults)
         predictor.close()
         return 0
     if args.latency_folds:
         latency_folds(predictor, dev, low, Path(args.out), pair_moves=args.pair_moves)
         predictor.close()
         return 0
-    runtime = Runtime()
-    defaults = {k: getattr(runtime, k) for k in CALIBRATED}
     fitted_all = None
     if not args.quick:
         fitted_all = fit(predictor, dev + low, log="all perf-overview and low-concurrency rows (product defaults)",

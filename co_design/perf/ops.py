@@ -338,6 +338,15 @@ class _Table:
         self.by_bound = {"compute": 0.0, "memory": 0.0, "communication": 0.0}
         self.precs: dict[tuple[str, str], str] = {}  # (weights, activations) -> math precision
 
+    def _achieved(self, bound: str, flops: float, nbytes: float, seconds: float, prec: str) -> float:
+        """Fraction of the GPU's peak FLOP rate (compute-bound) or HBM bandwidth (otherwise) an op reaches; 0 for
+        an op of 0 s (a launch-free op on a vanishing share of a token underflows to it)."""
+        if seconds <= 0:
+            return 0.0
+        if bound == "compute":
+            return flops / seconds / self.gpu.peak_flops_per_s[prec]
+        return nbytes / seconds / self.gpu.hbm_bytes_per_s
+
     def gemm(self, name: str, m: float, n: int, k: int, count: float, *, w: str, a: str, groups: int = 1,
              grouped: bool = False, side_stream: bool = False) -> None:
         """A GEMM (and its input's quantization kernel under block-scaled FP8). ``side_stream``: it runs on an
@@ -360,8 +369,7 @@ class _Table:
         self.by_bound[g[1]] += g[0] * count
         if not self.keep:
             return
-        frac = 0.0 if g.time_s <= 0 else (g.flops / g.time_s / self.gpu.peak_flops_per_s[prec]) if (
-            g.bound == "compute") else (g.bytes / g.time_s / self.gpu.hbm_bytes_per_s)
+        frac = self._achieved(g.bound, g.flops, g.bytes, g.time_s, prec)
         self.rows.append(OpCost(name, self.phase, "gemm", count, g.time_s * count, g.flops * count, g.bytes * count,
                                 g.bound, prec, (m, n, k), groups, g.tile_efficiency, g.wave_efficiency, frac))
 
@@ -375,9 +383,7 @@ class _Table:
         self.by_bound[bound] += t * count
         if self.keep:
             self.rows.append(OpCost(name, self.phase, "elementwise", count, t * count, flops * count, nbytes * count,
-                                    # a launch-free op on a vanishing share of a token can underflow to 0 s
-                                    bound, "bf16", achieved_fraction=nbytes / t / self.gpu.hbm_bytes_per_s if t > 0
-                                    else 0.0))
+                                    bound, "bf16", achieved_fraction=self._achieved(bound, 0.0, nbytes, t, "bf16")))
 
     def attention(self, name: str, flops: float, nbytes: float, count: float, prec: str = "bf16") -> None:
         if (flops <= 0 and nbytes <= 0) or count <= 0:
@@ -387,9 +393,8 @@ class _Table:
         t, bound = roofline(compute_s, nbytes / (self.bw * self.attn), self.kernel_oh)
         self.by_bound[bound] += t * count
         if self.keep:
-            frac = flops / t / peak if bound == "compute" else nbytes / t / self.gpu.hbm_bytes_per_s
             self.rows.append(OpCost(name, self.phase, "attention", count, t * count, flops * count, nbytes * count,
-                                    bound, prec, achieved_fraction=frac))
+                                    bound, prec, achieved_fraction=self._achieved(bound, flops, nbytes, t, prec)))
 
     def comm(self, name: str, kind: str, nbytes: float, n: int, count: float, span: int | None = None) -> None:
         t = collective_time_s(kind, nbytes, n, self.gpu, span=span, efficiency=self.coll, overhead_s=self.coll_oh)

@@ -582,7 +582,7 @@ def test_shared_experts_run_beside_the_routed_ones_paying_their_bytes_but_not_th
     plain = MOE.replace(shared_experts=0)
     shared = MOE.replace(shared_experts=1)
     ops = {o.name: o for o in step_ops(shared, gpu, d, **kw)}
-    bw = gpu.hbm_bytes_per_s * gpu.memory_efficiency
+    bw = gpu.hbm_bytes_per_s * gpu.memory_efficiency * d.runtime.bandwidth_efficiency
     side = [n for n in ops if n.startswith("shared_")]
     assert sorted(side) == sorted(["shared_gate_up", "shared_activation", "shared_down"]
                                   + (["shared_gate_up_act_quant"] if scaling == "block" else []))
