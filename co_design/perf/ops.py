@@ -12,7 +12,9 @@ a kernel that runs, and a kernel pays ``gpu.kernel_overhead_s`` plus the runtime
 ``kernel_gap_s`` once (a collective: ``gpu.collective_latency_s`` plus ``collective_overhead_s`` per
 synchronization step, one for a small-message one-shot all-reduce, two for a two-shot one;
 :mod:`co_design.perf.comm`). Work that
-such a runtime fuses into a neighbour keeps its bytes and drops its launch: the
+such a runtime fuses into a neighbour keeps its bytes and drops its launch. An iteration that carries a
+new prompt's tokens for its TTFT runs outside a CUDA graph (runtimes capture decode-only batches), so
+there each kernel also takes at least the host's ``Runtime.eager_launch_s`` to launch: the
 RMSNorm (+ residual + quantize) rides the all-reduce before it when there is one
 (TP); RoPE and the KV-cache write of decode tokens run inside the decode attention
 kernel; the MoE gated activation runs in the first grouped GEMM's epilogue and the
@@ -324,8 +326,11 @@ class _Table:
     ``collective_efficiency`` on links.
     """
 
-    def __init__(self, gpu: "GPU", phase: str, runtime: "Runtime", keep: bool = True, block_fp8: bool = False) -> None:
+    def __init__(self, gpu: "GPU", phase: str, runtime: "Runtime", keep: bool = True, block_fp8: bool = False,
+                 eager: bool = False) -> None:
         self.gpu, self.phase, self.rows, self.keep = gpu, phase, [], keep
+        # outside a CUDA graph the host launches every kernel: none finishes sooner than its launch
+        self.launch_s = runtime.eager_launch_s if eager else 0.0
         self.block_fp8 = block_fp8  # Deployment.fp8_scaling == "block": see _BLOCK_QUANT_INPUTS
         self.eff, self.bw_eff = runtime.compute_efficiency, runtime.bandwidth_efficiency
         self.grouped, self.coll = runtime.grouped_gemm_efficiency, runtime.collective_efficiency
@@ -335,8 +340,12 @@ class _Table:
         self.kernel_oh = gpu.kernel_overhead_s + runtime.kernel_gap_s  # seconds per kernel launched
         self.coll_oh = runtime.collective_overhead_s
         self.bw = gpu.hbm_bytes_per_s * gpu.memory_efficiency * self.bw_eff
-        self.by_bound = {"compute": 0.0, "memory": 0.0, "communication": 0.0}
+        self.by_bound = {"compute": 0.0, "memory": 0.0, "communication": 0.0, "host": 0.0}
         self.precs: dict[tuple[str, str], str] = {}  # (weights, activations) -> math precision
+
+    def _launched(self, seconds: float, bound: str) -> tuple[float, str]:
+        """A kernel's time and bound once its host launch is counted: ``"host"`` when the launch outlasts it."""
+        return (self.launch_s, "host") if seconds < self.launch_s else (seconds, bound)
 
     def _achieved(self, bound: str, flops: float, nbytes: float, seconds: float, prec: str) -> float:
         """Fraction of the GPU's peak FLOP rate (compute-bound) or HBM bandwidth (otherwise) an op reaches; 0 for
@@ -357,7 +366,7 @@ class _Table:
             return
         if self.block_fp8 and a == "fp8" and name in _BLOCK_QUANT_INPUTS:
             # per-token-group quantization of the input: bf16 in, fp8 and one fp32 scale per 128 values out
-            self.mem(name + "_act_quant", m * k * (_BF16 + 1 + 4 / _FP8_GROUP), count, fused=side_stream)
+            self.mem(name + "_act_quant", m * k * (_BF16 + 1 + 4 / _FP8_GROUP), count, side_stream=side_stream)
         prec = self.precs.get((w, a))
         if prec is None:
             prec = self.precs[w, a] = math_precision(w, a, self.gpu)
@@ -366,20 +375,25 @@ class _Table:
                  bandwidth_efficiency=self.bw_eff * (self.grouped_bw if grouped else 1.0),
                  tile_overhead_s=self.tile_oh if grouped else 0.0,
                  token_tiles=grouped, kernel_overhead_s=0.0 if side_stream else self.kernel_oh)
-        self.by_bound[g[1]] += g[0] * count
+        t, bound = self._launched(g.time_s, g.bound)
+        self.by_bound[bound] += t * count
         if not self.keep:
             return
-        frac = self._achieved(g.bound, g.flops, g.bytes, g.time_s, prec)
-        self.rows.append(OpCost(name, self.phase, "gemm", count, g.time_s * count, g.flops * count, g.bytes * count,
-                                g.bound, prec, (m, n, k), groups, g.tile_efficiency, g.wave_efficiency, frac))
+        frac = self._achieved(bound, g.flops, g.bytes, t, prec)
+        self.rows.append(OpCost(name, self.phase, "gemm", count, t * count, g.flops * count, g.bytes * count,
+                                bound, prec, (m, n, k), groups, g.tile_efficiency, g.wave_efficiency, frac))
 
-    def mem(self, name: str, nbytes: float, count: float, flops: float = 0.0, *, fused: bool = False) -> None:
+    def mem(self, name: str, nbytes: float, count: float, flops: float = 0.0, *, fused: bool = False,
+            side_stream: bool = False) -> None:
         """A memory-bound elementwise op moving ``nbytes`` per instance. ``fused``: it runs inside a
-        neighbouring kernel or on a side stream beside a longer chain (its bytes stay, its kernel overhead
-        does not)."""
+        neighbouring kernel (its bytes stay, its kernel does not); ``side_stream``: its own kernel on a side
+        stream beside a longer chain (its GPU launch overhead overlaps that chain's; outside a CUDA graph the
+        host still launches it)."""
         if nbytes <= 0 or count <= 0:
             return
-        t, bound = roofline(0.0, nbytes / self.bw, 0.0 if fused else self.kernel_oh)
+        t, bound = roofline(0.0, nbytes / self.bw, 0.0 if fused or side_stream else self.kernel_oh)
+        if not fused:
+            t, bound = self._launched(t, bound)
         self.by_bound[bound] += t * count
         if self.keep:
             self.rows.append(OpCost(name, self.phase, "elementwise", count, t * count, flops * count, nbytes * count,
@@ -390,7 +404,7 @@ class _Table:
             return
         peak = self.gpu.peak_flops_per_s[prec]
         compute_s = flops / (peak * self.gpu.attention_efficiency * self.eff * self.attn)
-        t, bound = roofline(compute_s, nbytes / (self.bw * self.attn), self.kernel_oh)
+        t, bound = self._launched(*roofline(compute_s, nbytes / (self.bw * self.attn), self.kernel_oh))
         self.by_bound[bound] += t * count
         if self.keep:
             self.rows.append(OpCost(name, self.phase, "attention", count, t * count, flops * count, nbytes * count,
@@ -400,29 +414,33 @@ class _Table:
         t = collective_time_s(kind, nbytes, n, self.gpu, span=span, efficiency=self.coll, overhead_s=self.coll_oh)
         if t <= 0 or count <= 0:
             return
-        self.by_bound["communication"] += t * count
+        t, bound = self._launched(t, "communication")
+        self.by_bound[bound] += t * count
         if self.keep:
             self.rows.append(OpCost(name, self.phase, "communication", count, t * count, 0.0, nbytes * count,
-                                    "communication", "bf16"))
+                                    bound, "bf16"))
 
 
 def step_ops(arch: "Architecture", gpu: "GPU", dep: Deployment, *, decode: float, context: float,
              prefill_tokens: float, prefill_len: float, phase: str = "decode",
-             prompt_on_one_rank: bool = False) -> list[OpCost]:
+             prompt_on_one_rank: bool = False, eager: bool = False) -> list[OpCost]:
     """Op table of one step (see :func:`_step`)."""
-    return _step(arch, gpu, dep, decode, context, prefill_tokens, prefill_len, phase, True, prompt_on_one_rank).rows
+    return _step(arch, gpu, dep, decode, context, prefill_tokens, prefill_len, phase, True, prompt_on_one_rank,
+                 eager).rows
 
 
 def step_time(arch: "Architecture", gpu: "GPU", dep: Deployment, *, decode: float, context: float,
-              prefill_tokens: float, prefill_len: float, prompt_on_one_rank: bool = False) -> dict[str, float]:
-    """Seconds of one step per bound (``compute``/``memory``/``communication``), without building the table."""
+              prefill_tokens: float, prefill_len: float, prompt_on_one_rank: bool = False,
+              eager: bool = False) -> dict[str, float]:
+    """Seconds of one step per bound (``compute``/``memory``/``communication``/``host``), without building the
+    table."""
     return _step(arch, gpu, dep, decode, context, prefill_tokens, prefill_len, "decode", False,
-                 prompt_on_one_rank).by_bound
+                 prompt_on_one_rank, eager).by_bound
 
 
 def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, context: float,
           prefill_tokens: float, prefill_len: float, phase: str, keep: bool,
-          prompt_on_one_rank: bool = False) -> _Table:
+          prompt_on_one_rank: bool = False, eager: bool = False) -> _Table:
     """Op table of one step of one replica on its busiest GPU.
 
     ``decode``: sequences decoding one token each, with ``context`` cached
@@ -433,10 +451,12 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
     ``prompt_on_one_rank``: the prompt tokens belong to one request (TTFT), so
     under attention-DP they all sit on one attention rank (the busiest GPU)
     instead of spreading over the ``tp`` ranks as many requests' prompts do.
+    ``eager``: the step runs outside a CUDA graph, so every kernel takes at least the host's
+    ``Runtime.eager_launch_s`` to launch (bound ``"host"`` where that is longer than its GPU time).
     """
     s = shards(arch, dep)
     rt = dep.runtime
-    t = _Table(gpu, phase, rt, keep, block_fp8=dep.fp8_scaling == "block")
+    t = _Table(gpu, phase, rt, keep, block_fp8=dep.fp8_scaling == "block", eager=eager)
     w, kvp = dep.weights, dep.kv_cache
     a = dep.activations  # the serving entry points checked it against the GPU's precision table
     ab, kvb = bytes_per_element(a), bytes_per_element(kvp)
@@ -567,7 +587,7 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
             # MoE; their launches overlap, their bytes and FLOPs do not
             n_sh = s.shared_ffn * (2 if arch.gated_ffn else 1)
             t.gemm("shared_gate_up", tokens, n_sh, h, count, w=w, a=a, side_stream=True)
-            t.mem("shared_activation", tokens * (n_sh * _BF16 + s.shared_ffn * ab), count, fused=True)
+            t.mem("shared_activation", tokens * (n_sh * _BF16 + s.shared_ffn * ab), count, side_stream=True)
             t.gemm("shared_down", tokens, h, s.shared_ffn, count, w=w, a=a, side_stream=True)
         if a2a:
             fan = ranks_per_token(e, k, dep.ep) * imbalance

@@ -21,11 +21,15 @@ micro-batches in flight.
   longer on Grace (GB200) than on x86 hosts (NVIDIA/TransformerEngine #2053: PyTorch dispatch time
   per Linear), refit worse on the validation rows (objective 0.108 -> 0.114, MdAPE 7.4 -> 9.5 %).
 * output tokens/s per user = 1 / TPOT; per GPU = replicas · B / TPOT / gpus
-* TTFT = the iterations that carry a new prompt: a prompt of P tokens takes
-  ceil(P / C) iterations, C = ``max_num_tokens`` minus the decode tokens of the
-  *other* requests scheduled beside it (the new request itself is not decoding
-  yet); under attention-DP the prompt sits on one attention rank and C is that
-  rank's budget. Queueing before admission is not modelled.
+* TTFT = the iterations that carry a new prompt, plus ``Runtime.first_token_overhead_s``
+  off the GPU (request handling, tokenization, the first token's way back): a prompt of
+  P tokens takes ceil(P / C) iterations, C = ``max_num_tokens`` minus the decode tokens
+  of the *other* requests scheduled beside it (the new request itself is not decoding
+  yet); under attention-DP the prompt sits on one attention rank and C is that rank's
+  budget. Those iterations run outside a CUDA graph, each kernel at least
+  ``Runtime.eager_launch_s`` of host launch. The steady-state mix above keeps its prompt
+  iterations at graph speed: with many requests in flight their GPU time dominates.
+  Queueing before admission is not modelled.
 
 Pure Python.
 """
@@ -152,11 +156,12 @@ def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica
         chunk = dep.isl / n_pf
         pkw = dict(decode=max(0.0, mb - 1), context=dep.isl + dep.osl / 2, prefill_tokens=chunk, prefill_len=dep.isl)
         if with_ops:
-            pf_ops = step_ops(arch, gpu, dep, phase="prefill", prompt_on_one_rank=True, **pkw)
+            pf_ops = step_ops(arch, gpu, dep, phase="prefill", prompt_on_one_rank=True, eager=True, **pkw)
             pf_s = sum(o.time_s for o in pf_ops)
         else:
-            pf_s = sum(step_time(arch, gpu, dep, prompt_on_one_rank=True, **pkw).values())
-        ttft = n_pf * (dep.pp * pf_s + rt.iteration_overhead_s + rt.request_overhead_s * b / s.a_dp)
+            pf_s = sum(step_time(arch, gpu, dep, prompt_on_one_rank=True, eager=True, **pkw).values())
+        ttft = (n_pf * (dep.pp * pf_s + rt.iteration_overhead_s + rt.request_overhead_s * b / s.a_dp)
+                + rt.first_token_overhead_s)
         pf_ops = _scaled(pf_ops, n_pf)
     notes: list[str] = []
     if arch.mla is None and attention_head_dim(arch.head_dim, gpu) != arch.head_dim:

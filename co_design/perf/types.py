@@ -79,6 +79,18 @@ class Runtime:
     * ``request_overhead_s``: host time per request in flight per iteration
       (scheduling, sampling, detokenization bookkeeping) not hidden behind GPU work.
 
+    Time to first token (fitted after the quantities above, on the concurrency-1 TTFT of the
+    low-concurrency dev rows; ``benchmarks/validate_perf.py --ttft``, held-out figures in
+    ``benchmarks/results/ttft.md``):
+
+    * ``eager_launch_s``: host seconds per kernel of an iteration that runs outside a CUDA
+      graph. Runtimes capture graphs for decode-only batches (TensorRT-LLM's PyTorch backend
+      ``cuda_graph_config``, SGLang ``--cuda-graph-max-bs``), so the iterations that carry a
+      new prompt launch every kernel from Python; a kernel shorter than its launch waits on
+      the host. Short prompts are host-bound, long ones GPU-bound.
+    * ``first_token_overhead_s``: seconds of a request's TTFT off the GPU timeline: the HTTP
+      request, tokenization, admission to the scheduler and the first token's way back.
+
     Grouped-GEMM bandwidth (from a published microbenchmark, not fitted):
 
     * ``grouped_gemm_bandwidth_efficiency``: further fraction of the HBM bandwidth
@@ -119,6 +131,8 @@ class Runtime:
     collective_overhead_s: float = 15e-6
     iteration_overhead_s: float = 1e-3
     request_overhead_s: float = 10e-6
+    eager_launch_s: float = 100e-6
+    first_token_overhead_s: float = 30e-3
     moe_expert_load_cv: float = 1.28
 
     def __post_init__(self) -> None:
@@ -127,7 +141,8 @@ class Runtime:
         if not 0 < self.kv_cache_memory_fraction <= 1:
             raise ValueError(f"Runtime.kv_cache_memory_fraction must be in (0, 1], got {self.kv_cache_memory_fraction}")
         for name in ("reserve_bytes", "iteration_overhead_s", "request_overhead_s", "moe_expert_load_cv",
-                     "expert_tile_overhead_s", "kernel_gap_s", "collective_overhead_s"):
+                     "expert_tile_overhead_s", "kernel_gap_s", "collective_overhead_s", "eager_launch_s",
+                     "first_token_overhead_s"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"Runtime.{name} must be >= 0, got {getattr(self, name)}")
         for name in ("compute_efficiency", "nvfp4_compute_efficiency", "bandwidth_efficiency", "grouped_gemm_efficiency",
@@ -290,7 +305,7 @@ class OpCost:
     time_s: float
     flops: float
     bytes: float
-    bound: str  # "compute" | "memory" | "communication"
+    bound: str  # "compute" | "memory" | "communication" | "host" (a prompt iteration's kernel that waits on its launch)
     precision: str
     shape: tuple[int, int, int] | None = None
     groups: int = 1

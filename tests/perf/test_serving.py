@@ -1,5 +1,6 @@
 """predict / max_throughput / pareto / shape_advice: trends, memory, parallelism and bad input."""
 
+import dataclasses
 import math
 
 import pytest
@@ -454,11 +455,13 @@ def test_ttft_takes_ceil_prompt_over_budget_iterations(tp, attention_dp, concurr
     others = concurrency - 1
     chunk_rows = prompt / iterations + others / (tp if attention_dp else 1)
     assert prefill["qkv_proj"].shape[0] == math.ceil(chunk_rows)
-    # TTFT = iterations x (one such iteration + the host's per-iteration and per-request time)
+    # TTFT = iterations x (one such iteration, outside a CUDA graph, + the host's per-iteration and per-request
+    # time) + the request's time off the GPU
     step = sum(step_time(SMALL, get_gpu("b200"), d, decode=others, context=prompt + 32,
-                         prefill_tokens=prompt / iterations, prefill_len=prompt, prompt_on_one_rank=True).values())
+                         prefill_tokens=prompt / iterations, prefill_len=prompt, prompt_on_one_rank=True,
+                         eager=True).values())
     host = rt.iteration_overhead_s + rt.request_overhead_s * concurrency / (tp if attention_dp else 1)
-    assert p.ttft_s == pytest.approx(iterations * (step + host))
+    assert p.ttft_s == pytest.approx(iterations * (step + host) + rt.first_token_overhead_s)
 
 
 def test_fused_runtime_pays_no_launch_for_fused_work():
@@ -592,3 +595,32 @@ def test_shared_experts_run_beside_the_routed_ones_paying_their_bytes_but_not_th
     assert added == pytest.approx(sum(ops[n].time_s for n in side))
     launch = gpu.kernel_overhead_s + d.runtime.kernel_gap_s
     assert added < len(side) * MOE.layers * launch  # less than their launches alone would have cost
+
+
+def test_a_prompt_iteration_outside_a_cuda_graph_waits_on_each_kernel_launch():
+    """The iterations carrying a new prompt run eagerly: every kernel takes at least Runtime.eager_launch_s (bound
+    "host" where the launch is longer), fused work launches nothing, and decode iterations (captured in a graph)
+    do not change; the request's time off the GPU adds to TTFT once."""
+    gpu = get_gpu("b200")
+    base = Runtime(eager_launch_s=0.0, first_token_overhead_s=0.0)
+    slow = dataclasses.replace(base, eager_launch_s=1e-3)
+    kw = dict(decode=0.0, context=128.0, prefill_tokens=16.0, prefill_len=16.0, prompt_on_one_rank=True)
+    d0 = Deployment(tp=2, isl=16, osl=64, concurrency=1, runtime=base)
+    d1 = d0.replace(runtime=slow)
+    graph = {o.name: o for o in step_ops(SMALL, gpu, d1, **kw)}
+    eager = {o.name: o for o in step_ops(SMALL, gpu, d1, eager=True, **kw)}
+    assert graph.keys() == eager.keys()
+    fused = {"attn_norm", "ffn_norm", "final_norm"}  # under TP each rides the all-reduce before it
+    for name, o in eager.items():
+        g = graph[name]
+        if name in fused:  # no launch of its own
+            assert o.time_s == g.time_s and o.bound == g.bound
+        else:  # 16 tokens of a small model: every kernel is far shorter than a 1 ms launch
+            assert g.time_s < 1e-3 * o.count and o.time_s == pytest.approx(1e-3 * o.count) and o.bound == "host"
+    p0, p1 = predict(SMALL, gpu, d0), predict(SMALL, gpu, d1)
+    assert p1.tpot_s == p0.tpot_s and p1.output_tokens_per_s_per_gpu == p0.output_tokens_per_s_per_gpu
+    launches = sum(o.count for o in eager.values() if o.name not in fused)
+    assert p1.ttft_s - p0.ttft_s == pytest.approx(launches * 1e-3 - sum(graph[n].time_s for n in eager
+                                                                         if n not in fused))
+    away = predict(SMALL, gpu, d0.replace(runtime=dataclasses.replace(base, first_token_overhead_s=0.05)))
+    assert away.ttft_s == pytest.approx(p0.ttft_s + 0.05) and away.tpot_s == p0.tpot_s
