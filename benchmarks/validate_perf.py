@@ -43,6 +43,7 @@ Usage::
     python benchmarks/validate_perf.py              # everything, about 35 min on 2 cores
     python benchmarks/validate_perf.py --quick      # product defaults only: figures in seconds
     python benchmarks/validate_perf.py --latency-folds  # held-out latency of the models with latency rows only
+    python benchmarks/validate_perf.py --ttft           # TTFT at concurrency 1: fit, held out by model, test rows
     python benchmarks/validate_perf.py --pair-moves     # every fit also tries two-parameter moves (about 2.5x longer)
     python benchmarks/validate_perf.py --jobs 8
 
@@ -108,6 +109,15 @@ CALIBRATED: dict[str, tuple[str, list[float]]] = {
                            [0.0, 2.5e-6, 5e-6, 7.5e-6, 10e-6, 15e-6]),
     "iteration_overhead_s": ("host seconds per iteration", [0.0, 0.5e-3, 1e-3, 2e-3, 4e-3]),
 }
+# Time-to-first-token quantities: they move only TTFT (prompt iterations outside a CUDA graph, time off the GPU), so
+# they are fitted after CALIBRATED, on the concurrency-1 TTFT of the fitted low-concurrency rows (fit_ttft)
+TTFT_CALIBRATED: dict[str, tuple[str, list[float]]] = {
+    "eager_launch_s": ("host seconds per kernel launched outside a CUDA graph (a new prompt's iterations)",
+                       [0.0, 10e-6, 20e-6, 30e-6, 40e-6, 50e-6, 60e-6, 80e-6, 100e-6, 120e-6, 160e-6]),
+    "first_token_overhead_s": ("seconds of a request's TTFT off the GPU (request handling, tokenization)",
+                               [0.0, 5e-3, 10e-3, 20e-3, 30e-3, 40e-3, 60e-3, 80e-3]),
+}
+TTFT_NEUTRAL = {"eager_launch_s": 0.0, "first_token_overhead_s": 0.0}
 # where every fold's descent starts: an idealized runtime, so nothing fitted on test rows leaks in
 NEUTRAL = {"compute_efficiency": 1.0, "nvfp4_compute_efficiency": 1.0, "bandwidth_efficiency": 1.0, "grouped_gemm_efficiency": 1.0,
            "attention_efficiency": 1.0, "expert_tile_overhead_s": 0.0, "collective_efficiency": 1.0, "request_overhead_s": 0.0, "iteration_overhead_s": 0.0,
@@ -530,6 +540,95 @@ def latency_folds(predictor: Predictor, dev: list[dict[str, Any]], low: list[dic
     return rows
 
 
+# ----------------------------------------------------------------------------- time to first token
+def ttft_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows with a published TTFT at concurrency 1 (no queue: the request meets an idle server)."""
+    return [r for r in rows if r.get("concurrency") == 1 and (r.get("metrics") or {}).get("ttft_ms")
+            and r.get("isl") and r.get("osl") and not r.get("speculative_decoding")]
+
+
+def ttft_errors(predictor: Predictor, rows: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, float | None]:
+    """Signed TTFT error (predicted / measured - 1) of each row, by id; None where the model cannot serve it."""
+    return {p["id"]: (p["ttft_ms"] / r["metrics"]["ttft_ms"] - 1 if p.get("ttft_ms") else None)
+            for r, p in zip(rows, predictor(rows, params))}
+
+
+def fit_ttft(predictor: Predictor, rows: list[dict[str, Any]], params: dict[str, Any], log: str = "") -> dict[str, float]:
+    """Every point of the :data:`TTFT_CALIBRATED` grid (88), the one with the least mean |ln(predicted /
+    measured)| TTFT on ``rows`` (:func:`ttft_rows`) wins; ``params`` (the other fitted quantities) stay."""
+    def err(point: tuple[float, ...]) -> float:
+        q = dict(zip(TTFT_CALIBRATED, point))
+        return statistics.fmean(abs(math.log1p(e)) if e is not None else math.log(10.0)
+                                for e in ttft_errors(predictor, rows, {**params, **q}).values())
+
+    best = min(itertools.product(*(grid for _, grid in TTFT_CALIBRATED.values())), key=err)
+    if log:
+        print(f"fit TTFT {log}: {dict(zip(TTFT_CALIBRATED, best))} mean |log error| {err(best):.4f}", flush=True)
+    return dict(zip(TTFT_CALIBRATED, best))
+
+
+def ttft_report(predictor: Predictor, low: list[dict[str, Any]], test: list[dict[str, Any]], out: Path) -> dict[str, Any]:
+    """Fit the TTFT quantities on the fitted low-concurrency rows at concurrency 1 (the other quantities at the
+    shipped defaults), hold each of their models out in turn, score the test rows at concurrency 1; write
+    ``ttft.md`` and ``ttft.json`` to ``out``."""
+    rt = Runtime()
+    base = {k: getattr(rt, k) for k in CALIBRATED}
+    shipped = {k: getattr(rt, k) for k in TTFT_CALIBRATED}
+    dev, tst = ttft_rows(low), ttft_rows(test)
+    fitted = fit_ttft(predictor, dev, base, log="all dev rows at concurrency 1")
+    if fitted != shipped:
+        print(f"WARNING: Runtime() TTFT defaults {shipped} differ from the fit {fitted}; this report uses the fit -- "
+              "set them in co_design/perf/types.py", flush=True)
+    before = ttft_errors(predictor, dev + tst, {**base, **TTFT_NEUTRAL})
+    after = ttft_errors(predictor, dev + tst, {**base, **fitted})
+    held: dict[str, float | None] = {}
+    folds: dict[str, dict[str, float]] = {}
+    for m in sorted({r["model"] for r in dev}):
+        folds[m] = fit_ttft(predictor, [r for r in dev if r["model"] != m], base, log=f"without {m}")
+        held |= ttft_errors(predictor, [r for r in dev if r["model"] == m], {**base, **folds[m]})
+
+    def pct(e: float | None) -> str:
+        return "-" if e is None else f"{100 * e:+.0f} %"
+
+    def summary(errs: list[float | None]) -> str:
+        xs = [abs(e) for e in errs if e is not None]
+        return (f"median |error| {100 * statistics.median(xs):.0f} %, {sum(x <= 0.25 for x in xs)} of {len(xs)} "
+                "within 25 %") if xs else "-"
+
+    L = ["# Time to first token at concurrency 1", "",
+         "Command: `python benchmarks/validate_perf.py --ttft`. The other runtime quantities stay at the shipped "
+         "`Runtime()` defaults (fitted on all dev rows, these rows' TPOT among them); the two TTFT quantities are "
+         "fitted on the concurrency-1 TTFT of the fitted low-concurrency dev rows, by trying every grid point:",
+         ""]
+    def sec(x: float) -> str:
+        return f"{x * 1e6:g} us" if x < 1e-3 else f"{x * 1e3:g} ms"
+
+    L += [f"- `{k}`, {desc}: fitted {sec(fitted[k])}; {sec(min(f[k] for f in folds.values()))} to "
+          f"{sec(max(f[k] for f in folds.values()))} across the leave-one-model-out folds"
+          for k, (desc, _) in TTFT_CALIBRATED.items()]
+    L += ["", "'before' is the model without them (every kernel at CUDA-graph speed, no time off the GPU); "
+          "'held out' refits them without the row's model.", "",
+          "| id | set | model | GPUs | runtime | ISL | measured ms | before | fitted | held out |",
+          "|---|---|---|---|---|---:|---:|---:|---:|---:|"]
+    dev_ids = {r["id"] for r in dev}
+    for r in dev + tst:
+        is_dev = r["id"] in dev_ids
+        L.append(f"| {r['id']} | {'dev' if is_dev else 'test'} | {r['model']} | {r['hardware']} x{r['num_gpus']} | "
+                 f"{r['framework'].split('(')[0].strip()} | {r['isl']} | {r['metrics']['ttft_ms']:.1f} | "
+                 f"{pct(before[r['id']])} | {pct(after[r['id']])} | {pct(held[r['id']]) if is_dev else ''} |")
+    L += ["", f"- dev rows, in sample: before {summary([before[r['id']] for r in dev])}; fitted "
+          f"{summary([after[r['id']] for r in dev])}; held out {summary(list(held.values()))}.",
+          f"- test rows (never fitted): before {summary([before[r['id']] for r in tst])}; fitted "
+          f"{summary([after[r['id']] for r in tst])}.", ""]
+    report = {"fitted": fitted, "fold_params": folds, "before": before, "fitted_errors": after, "held_out": held,
+              "dev": [r["id"] for r in dev], "test": [r["id"] for r in tst]}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "ttft.md").write_text("\n".join(L))
+    (out / "ttft.json").write_text(json.dumps(report, indent=1))
+    print("\n".join(L[-3:]), flush=True)
+    return report
+
+
 # ----------------------------------------------------------------------------- test set
 def score_test_set(rows: list[dict[str, Any]], predictor: Predictor, params: dict[str, Any]) -> dict[str, Any]:
     scored = [r for r in rows if not r.get("speculative_decoding") and r.get("isl") and r.get("osl")]
@@ -645,6 +744,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pair-moves", action="store_true",
                     help="every fit also tries moving two parameters one grid step at once after its coordinate "
                          "descent (finds lower training error where two quantities trade off; about 2.5x the time)")
+    ap.add_argument("--ttft", action="store_true",
+                    help="fit the time-to-first-token quantities on the dev rows at concurrency 1, hold each model "
+                         "out, score the test rows; write ttft.md/.json and stop (a few minutes)")
     ap.add_argument("--latency-folds", action="store_true",
                     help="refit without each model that has only low-concurrency rows, predict its rows, write "
                          "latency_folds.md/.json and stop")
@@ -661,6 +763,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.fit_only:
         fit(predictor, dev + low, log="all perf-overview and low-concurrency rows", pair_moves=args.pair_moves,
             also_from=defaults)
+        predictor.close()
+        return 0
+    if args.ttft:
+        ttft_report(predictor, low, test_rows, Path(args.out))
         predictor.close()
         return 0
     if args.latency_folds:

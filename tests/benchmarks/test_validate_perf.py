@@ -262,3 +262,30 @@ def test_the_fit_on_all_rows_keeps_the_shipped_point_unless_it_finds_lower_error
     assert (alone["iteration_overhead_s"], alone["kernel_gap_s"]) == (0.0, 4e-6)
     both = vp.fit(TwoValleys(), rows, rounds=3, also_from=shipped)
     assert (both["iteration_overhead_s"], both["kernel_gap_s"]) == (0.5e-3, 2e-6)
+
+
+def test_the_ttft_fit_takes_concurrency_1_rows_and_the_best_grid_point_of_both_quantities():
+    """Only rows measured at concurrency 1 (no queue) with a published TTFT are fitted; every point of the two-
+    quantity grid is tried, so a valley that needs both quantities to move is found; the other parameters pass
+    through unchanged."""
+    def row(i, c, ttft=100.0, spec=False):
+        return {"id": f"r{i}", "concurrency": c, "isl": 1000, "osl": 100, "speculative_decoding": spec,
+                "metrics": {"ttft_ms": ttft} if ttft else {}}
+
+    rows = [row(0, 1), row(1, 1), row(2, 4), row(3, 1, ttft=None), row(4, 1, spec=True)]
+    assert [r["id"] for r in vp.ttft_rows(rows)] == ["r0", "r1"]
+    seen = []
+
+    class Stub:
+        def __call__(self, rs, p):
+            seen.append(p)
+            launch, away = p["eager_launch_s"], p["first_token_overhead_s"]
+            # exact only at (40 us, 20 ms); along either axis alone from the grid's corner the error only grows
+            miss = min(abs(launch - 40e-6) * 1e4 + abs(away - 20e-3) * 10, 0.05 + launch * 10 + away)
+            return [{"id": r["id"], "ttft_ms": 100.0 * math.exp(miss)} for r in rs]
+
+    fitted = vp.fit_ttft(Stub(), vp.ttft_rows(rows), {"kernel_gap_s": 7e-6})
+    assert fitted == {"eager_launch_s": 40e-6, "first_token_overhead_s": 20e-3}
+    assert all(p["kernel_gap_s"] == 7e-6 for p in seen)
+    assert vp.ttft_errors(Stub(), vp.ttft_rows(rows), {"eager_launch_s": 40e-6, "first_token_overhead_s": 20e-3}) \
+        == {"r0": 0.0, "r1": 0.0}
