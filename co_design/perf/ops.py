@@ -22,9 +22,11 @@ MoE finalize rides the FFN all-reduce under TP. Per layer (per GPU, shard shapes
 after parallelism; see :class:`Shards`):
 
 * ``attn_norm`` (own kernel only without a collective before it), ``qkv_proj``
-  GEMM (M=tokens, N=(q + 2·kv heads)·head_dim / shard, K=hidden); MLA:
-  ``q_a``/``q_b``/``kv_a`` GEMMs, ``kv_b`` for prompt tokens, and for decode the
-  absorbed per-head ``mla_q_absorb``/``mla_v_up`` batched GEMMs.
+  GEMM (M=tokens, N=(q + 2·kv heads)·head_dim / shard, K=hidden); MLA: one
+  ``qkv_a`` GEMM (W_DQ, W_DKV and W_KR read one input: TensorRT-LLM's Fuse_A_GEMM,
+  SGLang's ``fused_qkv_a_proj_with_mqa``), the ``q_a_norm`` RMSNorm (``kv_a_norm``
+  beside it on a side stream), the ``q_b`` GEMM, ``kv_b`` for prompt tokens, and for
+  decode the absorbed per-head ``mla_q_absorb``/``mla_v_up`` batched GEMMs.
 * ``rope_kv_write`` for prompt tokens (TensorRT-LLM's QKV pre-processing kernel).
 * ``attention_prefill``: causal FLOPs ``2·heads·(d_qk + d_v)·pairs`` where pairs =
   Σ_i min(i, window) over prompt positions; FlashAttention IO (Q, K, V, O once);
@@ -39,8 +41,7 @@ after parallelism; see :class:`Shards`):
   all-reduce; ``ffn_norm`` (fused into that all-reduce under TP).
 * With block-scaled FP8 activations (``Deployment.fp8_scaling == "block"``) a
   ``<gemm>_act_quant`` kernel before each dense GEMM whose input comes from a
-  norm or from attention (``qkv_proj``/``q_a_proj`` (``kv_a_proj`` shares its
-  input), ``q_proj``, ``q_b_proj``, ``kv_b_proj``, ``o_proj``, ``gate_up_proj``,
+  norm or from attention (``qkv_proj``/``qkv_a_proj``, ``q_proj``, ``q_b_proj``, ``kv_b_proj``, ``o_proj``, ``gate_up_proj``,
   ``shared_gate_up``): it reads the bf16 input and writes FP8 plus one fp32 scale
   per 128 values.
 * FFN: ``gate_up``/``activation`` (SwiGLU + quantize, one kernel)/``down``
@@ -87,10 +88,10 @@ __all__ = ["Shards", "shards", "step_ops", "step_time", "expected_experts_touche
 
 _BF16 = 2.0
 # block-scaled FP8 (Deployment.fp8_scaling == "block"): the dense GEMMs whose input comes from a norm or from
-# attention, so a separate per-token-group quantization kernel runs first; kv_a_proj shares q_a_proj's input (one
-# fused GEMM in the runtimes), the down projections take the SwiGLU kernel's quantized output, the fused MoE
+# attention, so a separate per-token-group quantization kernel runs first; MLA's fused qkv_a_proj is one GEMM,
+# the down projections take the SwiGLU kernel's quantized output, the fused MoE
 # quantizes inside its permute
-_BLOCK_QUANT_INPUTS = frozenset({"qkv_proj", "q_a_proj", "q_proj", "q_b_proj", "kv_b_proj", "o_proj", "gate_up_proj",
+_BLOCK_QUANT_INPUTS = frozenset({"qkv_proj", "qkv_a_proj", "q_proj", "q_b_proj", "kv_b_proj", "o_proj", "gate_up_proj",
                                  "shared_gate_up"})
 _FP8_GROUP = 128  # activation values per scale
 _NODE_GPUS = 8  # GPUs of one HGX node (one NVLink baseboard); a larger NVLink domain is multi-node NVLink (NVL72)
@@ -487,11 +488,15 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
         else:
             m = arch.mla
             if m.q_lora_rank:
-                t.gemm("q_a_proj", t_attn, m.q_lora_rank, h, count, w=w, a=a)
+                # W_DQ and W_DKV (with W_KR) read the same input: one GEMM in the runtimes
+                t.gemm("qkv_a_proj", t_attn, m.q_lora_rank + s.kv_dim, h, count, w=w, a=a)
+                t.mem("q_a_norm", t_attn * m.q_lora_rank * 2 * _BF16, count)
+                t.mem("kv_a_norm", t_attn * m.kv_lora_rank * 2 * _BF16, count, side_stream=True)
                 t.gemm("q_b_proj", t_attn, s.q_dim, m.q_lora_rank, count, w=w, a=a)
             else:
                 t.gemm("q_proj", t_attn, s.q_dim, h, count, w=w, a=a)
-            t.gemm("kv_a_proj", t_attn, s.kv_dim, h, count, w=w, a=a)
+                t.gemm("kv_a_proj", t_attn, s.kv_dim, h, count, w=w, a=a)
+                t.mem("kv_a_norm", t_attn * m.kv_lora_rank * 2 * _BF16, count)
             t.mem("rope_kv_write", pf_attn * (s.q_dim * _BF16 * 2 + s.kv_dim * (_BF16 + kvb)), count)
             kv_tok_bytes = s.kv_dim * kvb
             new_kv = s.kv_dim * (_BF16 + kvb)

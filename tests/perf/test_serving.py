@@ -554,7 +554,7 @@ def test_block_scaled_fp8_quantizes_each_dense_gemm_input_that_no_kernel_before_
     assert q.count == MOE.layers
     assert q.bytes == pytest.approx(MOE.layers * 8 * MOE.heads * MOE.head_dim * (2 + 1 + 4 / 128))
     assert q.time_s == pytest.approx(q.bytes / (gpu.hbm_bytes_per_s * gpu.memory_efficiency) + MOE.layers * launch)
-    # a dense FFN quantizes the gate/up input; MLA its q_a (shared with kv_a), q_b and o_proj inputs
+    # a dense FFN quantizes the gate/up input; MLA its fused qkv_a, q_b and o_proj inputs
     dense = {o.name for o in step_ops(SMALL, gpu, block, **kw)} - {o.name for o in step_ops(SMALL, gpu, tensor, **kw)}
     assert dense == {"qkv_proj_act_quant", "o_proj_act_quant", "gate_up_proj_act_quant"}
     mla = Architecture(hidden=2048, layers=2, heads=16, ffn=4096, vocab=32000,
@@ -562,7 +562,7 @@ def test_block_scaled_fp8_quantizes_each_dense_gemm_input_that_no_kernel_before_
                                v_head_dim=128))
     prompt = dict(decode=8, context=1000, prefill_tokens=512, prefill_len=512)
     m = {o.name for o in step_ops(mla, gpu, block, **prompt)} - {o.name for o in step_ops(mla, gpu, tensor, **prompt)}
-    assert m == {"q_a_proj_act_quant", "q_b_proj_act_quant", "kv_b_proj_act_quant", "o_proj_act_quant",
+    assert m == {"qkv_a_proj_act_quant", "q_b_proj_act_quant", "kv_b_proj_act_quant", "o_proj_act_quant",
                  "gate_up_proj_act_quant"}
     assert predict(MOE, gpu, block).tpot_s > predict(MOE, gpu, tensor).tpot_s
 
@@ -624,3 +624,26 @@ def test_a_prompt_iteration_outside_a_cuda_graph_waits_on_each_kernel_launch():
                                                                          if n not in fused))
     away = predict(SMALL, gpu, d0.replace(runtime=dataclasses.replace(base, first_token_overhead_s=0.05)))
     assert away.ttft_s == pytest.approx(p0.ttft_s + 0.05) and away.tpot_s == p0.tpot_s
+
+
+def test_mla_reads_its_compressed_projections_in_one_gemm_and_normalizes_both_latents():
+    """W_DQ, W_DKV and W_KR read the same hidden state, so the runtimes run them as one GEMM (TensorRT-LLM's
+    Fuse_A_GEMM, SGLang's fused_qkv_a_proj_with_mqa); the query and KV latents each get an RMSNorm, the KV one on
+    a side stream (its bytes count, its launch overlaps). Without a query LoRA (DeepSeek-V2-Lite) the query
+    projection is sharded over the TP ranks and kv_a_proj is not, so they stay two GEMMs."""
+    gpu = get_gpu("b200")
+    m = MLA(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
+    mla = Architecture(hidden=7168, layers=2, heads=128, ffn=18432, vocab=32000, mla=m)
+    d = Deployment(tp=8, weights="fp8", activations="fp8", isl=1024, osl=1024, concurrency=1)
+    ops = {o.name: o for o in step_ops(mla, gpu, d, decode=1, context=1024, prefill_tokens=0, prefill_len=1024)}
+    assert "q_a_proj" not in ops and "kv_a_proj" not in ops
+    assert ops["qkv_a_proj"].shape == (1, 1536 + 512 + 64, 7168) and ops["qkv_a_proj"].count == 2
+    launch = gpu.kernel_overhead_s + d.runtime.kernel_gap_s
+    bw = gpu.hbm_bytes_per_s * gpu.memory_efficiency * d.runtime.bandwidth_efficiency
+    q_norm, kv_norm = ops["q_a_norm"], ops["kv_a_norm"]
+    assert q_norm.bytes == 2 * 1536 * 2 * 2 and kv_norm.bytes == 2 * 512 * 2 * 2  # bf16 in and out, 2 layers
+    assert q_norm.time_s == pytest.approx(q_norm.bytes / bw + 2 * launch)
+    assert kv_norm.time_s == pytest.approx(kv_norm.bytes / bw)  # side stream: no launch on the chain
+    lite = mla.replace(mla=dataclasses.replace(m, q_lora_rank=0))  # DeepSeek-V2-Lite: no query LoRA
+    ops = {o.name for o in step_ops(lite, gpu, d, decode=1, context=1024, prefill_tokens=0, prefill_len=1024)}
+    assert {"q_proj", "kv_a_proj", "kv_a_norm"} <= ops and not {"qkv_a_proj", "q_a_norm"} & ops
