@@ -40,7 +40,7 @@ rows = bf16 (FP16 runs at the same rate and size); MoE rows without a published 
 
 Usage::
 
-    python benchmarks/validate_perf.py              # everything, about 35 min on 2 cores
+    python benchmarks/validate_perf.py              # everything, about an hour on 2 cores
     python benchmarks/validate_perf.py --quick      # product defaults only: figures in seconds
     python benchmarks/validate_perf.py --latency-folds  # held-out latency of the models with latency rows only
     python benchmarks/validate_perf.py --ttft           # TTFT at concurrency 1: fit, held out by model, test rows
