@@ -41,8 +41,8 @@ after parallelism; see :class:`Shards`):
   all-reduce; ``ffn_norm`` (fused into that all-reduce under TP).
 * With block-scaled FP8 activations (``Deployment.fp8_scaling == "block"``) a
   ``<gemm>_act_quant`` kernel before each dense GEMM whose input comes from a
-  norm or from attention (``qkv_proj``/``qkv_a_proj``, ``q_proj``, ``q_b_proj``, ``kv_b_proj``, ``o_proj``, ``gate_up_proj``,
-  ``shared_gate_up``): it reads the bf16 input and writes FP8 plus one fp32 scale
+  norm or from attention (``qkv_proj``/``qkv_a_proj``, ``q_proj``, ``q_b_proj``,
+  ``kv_b_proj``, ``o_proj``, ``gate_up_proj``, ``shared_gate_up``): it reads the bf16 input and writes FP8 plus one fp32 scale
   per 128 values.
 * FFN: ``gate_up``/``activation`` (SwiGLU + quantize, one kernel)/``down``
   sharded by tp. MoE: ``router``; ``moe_permute``; ``experts_gate_up``/
