@@ -554,8 +554,9 @@ def ttft_errors(predictor: Predictor, rows: list[dict[str, Any]], params: dict[s
 
 
 def fit_ttft(predictor: Predictor, rows: list[dict[str, Any]], params: dict[str, Any], log: str = "") -> dict[str, float]:
-    """Every point of the :data:`TTFT_CALIBRATED` grid (88), the one with the least mean |ln(predicted /
-    measured)| TTFT on ``rows`` (:func:`ttft_rows`) wins; ``params`` (the other fitted quantities) stay."""
+    """Every point of the :data:`TTFT_CALIBRATED` grid (the product of its two grids), the one with the least mean
+    |ln(predicted / measured)| TTFT on ``rows`` (:func:`ttft_rows`) wins; ``params`` (the other fitted quantities)
+    stay."""
     def err(point: tuple[float, ...]) -> float:
         q = dict(zip(TTFT_CALIBRATED, point))
         return statistics.fmean(abs(math.log1p(e)) if e is not None else math.log(10.0)
@@ -600,6 +601,7 @@ def ttft_report(predictor: Predictor, low: list[dict[str, Any]], test: list[dict
          "`Runtime()` defaults (fitted on all dev rows, these rows' TPOT among them); the two TTFT quantities are "
          "fitted on the concurrency-1 TTFT of the fitted low-concurrency dev rows, by trying every grid point:",
          ""]
+
     def sec(x: float) -> str:
         return f"{x * 1e6:g} us" if x < 1e-3 else f"{x * 1e3:g} ms"
 
