@@ -44,6 +44,7 @@ Usage::
     python benchmarks/validate_perf.py --quick      # product defaults only: figures in seconds
     python benchmarks/validate_perf.py --latency-folds  # held-out latency of the models with latency rows only
     python benchmarks/validate_perf.py --ttft           # TTFT at concurrency 1: fit, held out by model, test rows
+    python benchmarks/validate_perf.py --runtime-spread # concurrency-1 TPOT of one setting on different runtimes
     python benchmarks/validate_perf.py --pair-moves     # every fit also tries two-parameter moves (about 2.5x longer)
     python benchmarks/validate_perf.py --jobs 8
 
@@ -732,6 +733,77 @@ def ratio_pair_summary(pairs: list[dict[str, Any]]) -> tuple[int, float]:
     return ok, statistics.median(abs(p["pred_ratio"] / p["meas_ratio"] - 1) for p in pairs)
 
 
+def c1_tpot_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows with a published TPOT (or ITL, or per-user rate) at concurrency 1, no speculative decoding."""
+    return [r for r in rows if r.get("concurrency") == 1 and not r.get("speculative_decoding") and r.get("isl")
+            and r.get("osl") and (latency_target(r) or ("", 0.0))[0] == "tpot_ms"]
+
+
+def best_window(values: list[float], target: float = TPOT_TARGET) -> int:
+    """The most of ``values`` one prediction can place within ``target`` of each: the largest subset whose
+    max / min is at most (1 + target) / (1 - target)."""
+    v = sorted(values)
+    return max((sum(x <= lo * (1 + target) / (1 - target) for x in v[i:]) for i, lo in enumerate(v)), default=0)
+
+
+def runtime_spread(rows: list[dict[str, Any]], predicted: dict[str, float] | None = None) -> list[dict[str, Any]]:
+    """Concurrency-1 TPOT rows (:func:`c1_tpot_rows`) grouped by deployment setting -- architecture, GPU and
+    count, weight format and stated mapping (tp, ep, attention DP) -- keeping the groups measured on more than
+    one runtime (framework or version). The performance model sees the setting and ISL/OSL, never the runtime,
+    so within a group it predicts nearly one TPOT (at concurrency 1 the prompt length moves it by a few per
+    cent: one runtime's rows at 1.6k and 8k input tokens differ by 5-7 %). Each group:
+    ``{"setting": str, "rows": [{"id", "framework", "isl/osl", "tpot_ms", "predicted_ms"}], "ratio": max / min
+    measured, "reachable": best_window(measured)}``: how many of its rows any one prediction could place within
+    :data:`TPOT_TARGET` of each."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in c1_tpot_rows(rows):
+        tp, ep, dp = mapping_of(r)
+        key = (json.dumps(r["arch"], sort_keys=True), r["hardware"], r["num_gpus"], precision_of(r)[0],
+               (tp, ep or 1, bool(dp)))  # unstated ep / attention DP: the runtimes' defaults, 1 and off
+        groups.setdefault(key, []).append(r)
+    out = []
+    for (_, gpu, n, w, (tp, ep, dp)), rs in groups.items():
+        if len({r["framework"] for r in rs}) < 2:
+            continue
+        tpot = [latency_target(r)[1] for r in rs]
+        out.append({"setting": f"{rs[0]['model']} on {gpu} x{n}, {w} weights, TP{tp} EP{ep}"
+                               + (" attention-DP" if dp else ""),
+                    "rows": [{"id": r["id"], "framework": r["framework"], "isl/osl": f"{r['isl']}/{r['osl']}",
+                              "tpot_ms": t, "predicted_ms": (predicted or {}).get(r["id"])} for r, t in zip(rs, tpot)],
+                    "ratio": max(tpot) / min(tpot), "reachable": best_window(tpot)})
+    return out
+
+
+def runtime_spread_report(predictor: Predictor, rows: list[dict[str, Any]], out: Path) -> list[dict[str, Any]]:
+    """:func:`runtime_spread` over every concurrency-1 TPOT row (dev and test), with the shipped model's
+    prediction of each; write ``runtime_spread.md`` and ``runtime_spread.json`` under ``out``."""
+    c1 = c1_tpot_rows(rows)
+    rt = Runtime()
+    res = {p["id"]: p for p in predictor(c1, {k: getattr(rt, k) for k in CALIBRATED})}
+    groups = runtime_spread(c1, {i: p["tpot_ms"] for i, p in res.items() if p.get("tpot_ms")})
+    L = ["# Concurrency-1 TPOT of one setting on different runtimes", "",
+         "Command: `python benchmarks/validate_perf.py --runtime-spread` (seconds). Rows of the dev and test sets "
+         "at concurrency 1 that share a deployment setting (architecture, GPU and count, weight format, mapping) "
+         "but were measured on different runtimes. The model sees the setting and the ISL/OSL, not the runtime, so "
+         "it predicts nearly one TPOT per setting; a setting's max / min measured TPOT above "
+         f"{(1 + TPOT_TARGET) / (1 - TPOT_TARGET):.2f} = 1.15 / 0.85 puts some of its rows beyond "
+         f"{100 * TPOT_TARGET:.0f} % of any one prediction.", ""]
+    for g in groups:
+        L += [f"## {g['setting']}", "", f"Measured max / min {g['ratio']:.2f}; at best {g['reachable']} of "
+              f"{len(g['rows'])} rows within {100 * TPOT_TARGET:.0f} % of one prediction.", "",
+              "| id | runtime | ISL/OSL | measured TPOT ms | predicted ms | error |", "|---|---|---|---:|---:|---:|"]
+        for r in g["rows"]:
+            p = r["predicted_ms"]
+            L.append(f"| {r['id']} | {r['framework'][:60]} | {r['isl/osl']} | {r['tpot_ms']:.2f} | "
+                     + (f"{p:.2f} | {100 * (p / r['tpot_ms'] - 1):+.0f} % |" if p else "- | - |"))
+        L.append("")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "runtime_spread.md").write_text("\n".join(L) + "\n")
+    (out / "runtime_spread.json").write_text(json.dumps(groups, indent=1) + "\n")
+    print("\n".join(L))
+    return groups
+
+
 # ----------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -749,6 +821,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ttft", action="store_true",
                     help="fit the time-to-first-token quantities on the dev rows at concurrency 1, hold each model "
                          "out, score the test rows; write ttft.md/.json and stop (a few minutes)")
+    ap.add_argument("--runtime-spread", action="store_true",
+                    help="group the concurrency-1 TPOT rows of one setting measured on different runtimes; write "
+                         "runtime_spread.md/.json and stop (seconds)")
     ap.add_argument("--latency-folds", action="store_true",
                     help="refit without each model that has only low-concurrency rows, predict its rows, write "
                          "latency_folds.md/.json and stop")
@@ -769,6 +844,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.ttft:
         ttft_report(predictor, low, test_rows, Path(args.out))
+        predictor.close()
+        return 0
+    if args.runtime_spread:
+        every_low = json.loads(Path(args.low_data).read_text()) if Path(args.low_data).exists() else []
+        runtime_spread_report(predictor, every_low + test_rows, Path(args.out))
         predictor.close()
         return 0
     if args.latency_folds:

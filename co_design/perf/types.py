@@ -75,7 +75,8 @@ class Runtime:
       (small messages), an all-gather, an all-to-all or a send has one step; a
       two-shot all-reduce (large messages) has two (see :mod:`co_design.perf.comm`).
     * ``iteration_overhead_s``: host-side scheduling time per iteration not hidden
-      behind GPU work.
+      behind GPU work. Host time adds to the GPU's: an overlap scheduler's form, the
+      longer of the two, fitted worse (README, accuracy).
     * ``request_overhead_s``: host time per request in flight per iteration
       (scheduling, sampling, detokenization bookkeeping) not hidden behind GPU work.
 

@@ -289,3 +289,26 @@ def test_the_ttft_fit_takes_concurrency_1_rows_and_the_best_grid_point_of_both_q
     assert all(p["kernel_gap_s"] == 7e-6 for p in seen)
     assert vp.ttft_errors(Stub(), vp.ttft_rows(rows), {"eager_launch_s": 40e-6, "first_token_overhead_s": 20e-3}) \
         == {"r0": 0.0, "r1": 0.0}
+
+
+def test_runtime_spread_groups_one_setting_across_runtimes_and_bounds_one_prediction():
+    def row(id_, tpot, framework, **kw):
+        return {**_lat(id_, "FP8", 1, tpot, 1.0, framework=framework, **kw), "num_gpus": 8}
+
+    rows = [row("old", 9.0, "SGLang 0.5.6"), row("new", 7.0, "SGLang 0.5.12"), row("trt", 6.0, "TensorRT-LLM"),
+            {**row("ep", 5.0, "TensorRT-LLM"), "parallelism": {"tp": 8}},  # unstated ep: the default, EP1
+            row("c2", 8.0, "SGLang 0.5.6") | {"concurrency": 2},  # not concurrency 1: out
+            row("b200", 8.0, "SGLang 0.5.6", gpu="B200"),  # another GPU, one runtime: no group
+            row("tp4", 8.0, "SGLang 0.5.6", tp=4)]  # another mapping, one runtime: no group
+    groups = vp.runtime_spread(rows, {"old": 8.0})
+    assert len(groups) == 1
+    g = groups[0]
+    assert [r["id"] for r in g["rows"]] == ["old", "new", "trt", "ep"]
+    assert g["ratio"] == 9.0 / 5.0 and g["setting"] == "M on B300 x8, fp8 weights, TP8 EP1"
+    assert [r["predicted_ms"] for r in g["rows"]] == [8.0, None, None, None]
+    # one prediction within 15 % of each row needs max / min <= 1.15 / 0.85 = 1.353: {5, 6}, {6, 7} or {7, 9}
+    assert g["reachable"] == 2
+    assert vp.best_window([5.0, 6.0, 7.0, 9.0]) == 2 and vp.best_window([6.0, 7.0, 8.0]) == 3
+    t = vp.TPOT_TARGET
+    assert vp.best_window([1.0, (1 + t) / (1 - t)]) == 2 and vp.best_window([1.0, 1.36]) == 1
+    assert vp.best_window([]) == 0
