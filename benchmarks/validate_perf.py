@@ -786,7 +786,8 @@ def runtime_spread_report(predictor: Predictor, rows: list[dict[str, Any]], out:
          "at concurrency 1 that share a deployment setting (architecture, GPU and count, weight format, mapping) "
          "but were measured on different runtimes. The model sees the setting and the ISL/OSL, not the runtime, so "
          "it predicts nearly one TPOT per setting; a setting's max / min measured TPOT above "
-         f"{(1 + TPOT_TARGET) / (1 - TPOT_TARGET):.2f} = 1.15 / 0.85 puts some of its rows beyond "
+         f"{(1 + TPOT_TARGET) / (1 - TPOT_TARGET):.2f} = {1 + TPOT_TARGET:.2f} / {1 - TPOT_TARGET:.2f} puts some of "
+         "its rows beyond "
          f"{100 * TPOT_TARGET:.0f} % of any one prediction.", ""]
     for g in groups:
         L += [f"## {g['setting']}", "", f"Measured max / min {g['ratio']:.2f}; at best {g['reachable']} of "
