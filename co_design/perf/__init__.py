@@ -9,7 +9,8 @@ Pure Python (no torch, no numpy): one prediction costs well under a millisecond.
 Module map: ``roofline`` (the one max(compute, memory) function, tile/wave
 quantization), ``ops`` (per-op table of a step), ``comm`` (collectives),
 ``memory`` (per-GPU memory, max batch), ``serving`` (predict, max_throughput,
-pareto), ``advice`` (shape advice), ``report`` (text report).
+pareto), ``anchor`` (the runtime's overheads scaled to measured TPOTs),
+``advice`` (shape advice), ``report`` (text report).
 
 Accuracy on 220 published TensorRT-LLM / MLPerf rows and what the model does not
 capture (speculative decoding, queueing and ramp effects, per-shape kernel
@@ -18,6 +19,7 @@ benchmarks/results/validation.md.
 """
 
 from co_design.perf.advice import shape_advice
+from co_design.perf.anchor import TPOTMeasurement, anchor_runtime
 from co_design.perf.roofline import Precision, bytes_per_element, math_precision
 from co_design.perf.serving import max_throughput, parallelisms, pareto, predict
 from co_design.perf.types import SLO, Advice, Deployment, MemoryBreakdown, OpCost, Prediction, Runtime
@@ -36,6 +38,8 @@ __all__ = [
     "pareto",
     "parallelisms",
     "shape_advice",
+    "TPOTMeasurement",
+    "anchor_runtime",
     "bytes_per_element",
     "math_precision",
 ]

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from co_design.perf.roofline import BYTES_PER_ELEMENT, Precision
@@ -136,9 +140,46 @@ class Runtime:
     first_token_overhead_s: float = 30e-3
     moe_expert_load_cv: float = 1.28
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, where: str = "runtime") -> "Runtime":
+        """A Runtime from a mapping of its field names (missing ones keep their defaults); ValueError names a key
+        the Runtime does not have, and ``where`` (e.g. a file) says where it came from."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"{where}: a runtime is a mapping of Runtime fields, got {type(data).__name__}")
+        known = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise ValueError(f"{where}: unknown Runtime field(s) {', '.join(map(repr, unknown))}; known: "
+                             f"{', '.join(known)}")
+        try:
+            return cls(**data)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{where}: {exc}") from None
+
+    @classmethod
+    def load(cls, path: "str | os.PathLike[str]") -> "Runtime":
+        """A Runtime from a JSON file: an object of Runtime fields, or one whose ``"runtime"`` key holds them (as
+        ``co-design anchor --out`` writes it, beside the measurement it was anchored on)."""
+        try:
+            data = json.loads(Path(path).read_text())
+        except OSError as exc:
+            raise ValueError(f"cannot read runtime file {str(path)!r}: {exc.strerror or exc}") from None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"runtime file {str(path)!r} is not JSON: {exc}") from None
+        if isinstance(data, dict) and isinstance(data.get("runtime"), dict):
+            data = data["runtime"]
+        return cls.from_dict(data, where=f"runtime file {str(path)!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
     def __post_init__(self) -> None:
         _int_field("Runtime", "max_batch", self.max_batch)
         _int_field("Runtime", "max_num_tokens", self.max_num_tokens)
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name not in ("max_batch", "max_num_tokens") and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                raise ValueError(f"Runtime.{f.name} must be a number, got {v!r}")
         if not 0 < self.kv_cache_memory_fraction <= 1:
             raise ValueError(f"Runtime.kv_cache_memory_fraction must be in (0, 1], got {self.kv_cache_memory_fraction}")
         for name in ("reserve_bytes", "iteration_overhead_s", "request_overhead_s", "moe_expert_load_cv",

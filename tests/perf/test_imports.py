@@ -16,7 +16,7 @@ def test_public_api():
     import co_design.perf as perf
 
     for name in ("Deployment", "SLO", "Prediction", "OpCost", "MemoryBreakdown", "Advice", "predict",
-                 "max_throughput", "pareto", "shape_advice", "Precision"):
+                 "max_throughput", "pareto", "shape_advice", "Precision", "anchor_runtime", "TPOTMeasurement"):
         assert name in perf.__all__ and hasattr(perf, name)
     for name in ("GPU", "get_gpu", "list_gpus", "load_gpu"):
         assert name in hw.__all__ and hasattr(hw, name)
