@@ -1,5 +1,8 @@
 """``co-design predict CONFIG``: predicted serving performance of a model on a GPU deployment.
 
+``co-design anchor CONFIG --concurrency N --tpot-ms MS --out FILE``: the runtime's overheads scaled
+to a TPOT measured on your own runtime (:mod:`co_design.perf.anchor`), for ``--runtime FILE``.
+
 ``co-design advise CONFIG``: the same prediction, every misaligned dimension with its cost, and
 the shapes within ± ``--budget-pct`` of its parameters that serve more tokens/s per GPU *and*
 per user (:mod:`co_design.advise`). ``co-design export CONFIG --out DIR`` (or ``--study-dir
@@ -36,6 +39,8 @@ _EXIT_SLO = 3  # the SLO cannot be met by any operating point
 _FP8_SCALING_HELP = ("FP8 activation scales: tensor (static per tensor, Model Optimizer FP8; default) or block "
                      "(per 128 values of a token at run time, as the FP8 checkpoints of DeepSeek-V3/R1, Qwen3 and "
                      "MiniMax-M2: a quantization kernel before each dense GEMM)")
+_RUNTIME_HELP = ("runtime file (JSON of co_design.perf.Runtime fields, e.g. from `co-design anchor --out`): "
+                 "overheads and rates of your serving runtime instead of the fitted defaults")
 _MAX_GPUS = 2**20  # --pareto enumerates every tp dividing --gpus: bounded, a typo like 10**12 would hang it
 # CLI flag, SLO field, factor from the flag's unit to the field's (ms -> s)
 _SLO_FLAGS = (("--min-tokens-per-s-per-user", "min_tokens_per_s_per_user", 1.0),
@@ -85,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     slo.add_argument("--min-tokens-per-s-per-user", type=float, default=None, metavar="TOK_S", help="e.g. 50")
     slo.add_argument("--max-ttft-ms", type=float, default=None, metavar="MS", help="e.g. 2000")
     slo.add_argument("--max-tpot-ms", type=float, default=None, metavar="MS", help="e.g. 20")
+    pr.add_argument("--runtime", metavar="FILE", default=None, help=_RUNTIME_HELP)
     pr.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     pr.add_argument("--no-advice", action="store_true", help="skip shape advice (faster)")
     pr.add_argument("--list-hardware", action="store_true",
@@ -113,6 +119,18 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--out", required=True, metavar="DIR", help="directory to write into")
     _deployment_args(ex)
     ex.add_argument("--json", action="store_true", help="print the written files and predicted figures as JSON")
+    an = sub.add_parser("anchor", help="scale the runtime's overheads to a TPOT you measured; write a runtime file",
+                        description="Scale the performance model's per-kernel, per-collective and host overheads "
+                                    "(co_design.perf.anchor_runtime) by one factor so it predicts the TPOT you "
+                                    "measured for CONFIG on your runtime at --concurrency, and write that runtime to "
+                                    "--out for `co-design predict --runtime FILE` and the search's "
+                                    "deployment.runtime_file. The GPU's rates are not changed.")
+    an.add_argument("config", metavar="CONFIG", help="HF config.json or project model YAML of the model you measured")
+    _deployment_args(an)
+    an.add_argument("--tpot-ms", type=float, required=True, metavar="MS",
+                    help="measured mean time per output token at --concurrency, ms (e.g. a benchmark's mean TPOT)")
+    an.add_argument("--out", metavar="FILE", default=None, help="write the anchored runtime to this JSON file")
+    an.add_argument("--json", action="store_true", help="print one JSON object instead of the summary")
     return p
 
 
@@ -133,6 +151,7 @@ def _deployment_args(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--osl", type=int, default=1024, help="output tokens per request (default 1024)")
     sp.add_argument("--concurrency", type=int, default=None,
                     help="requests in flight, whole deployment (default: the max-throughput batch)")
+    sp.add_argument("--runtime", metavar="FILE", default=None, help=_RUNTIME_HELP)
     slo = sp.add_argument_group("SLO (without --concurrency: the max-throughput batch that meets it)")
     slo.add_argument("--min-tokens-per-s-per-user", type=float, default=None, metavar="TOK_S", help="e.g. 50")
     slo.add_argument("--max-ttft-ms", type=float, default=None, metavar="MS", help="e.g. 2000")
@@ -185,7 +204,7 @@ def _predict(args: argparse.Namespace) -> int:
         dep = Deployment(gpus=args.gpus, tp=args.tp, ep=args.ep, pp=args.pp, attention_dp=args.attention_dp,
                          helix=args.helix, weights=args.weights, activations=args.activations,
                          kv_cache=args.kv_cache, fp8_scaling=args.fp8_scaling, isl=args.isl, osl=args.osl,
-                         concurrency=args.concurrency)
+                         concurrency=args.concurrency, runtime=_runtime_of(args))
         if dep.gpus > _MAX_GPUS:
             flags = "--gpus" if args.gpus is not None else "--tp x --pp"
             return _fail(f"{flags} asks for {dep.gpus:,} GPUs; use at most {_MAX_GPUS:,}")
@@ -253,7 +272,8 @@ def _deployment_of(args: argparse.Namespace):
     gpu = get_gpu(args.hardware)
     dep = Deployment(gpus=args.gpus, tp=args.tp, ep=args.ep, pp=args.pp, attention_dp=args.attention_dp,
                      helix=args.helix, weights=args.weights, activations=args.activations, kv_cache=args.kv_cache,
-                     fp8_scaling=args.fp8_scaling, isl=args.isl, osl=args.osl, concurrency=args.concurrency)
+                     fp8_scaling=args.fp8_scaling, isl=args.isl, osl=args.osl, concurrency=args.concurrency,
+                     runtime=_runtime_of(args))
     if dep.gpus > _MAX_GPUS:
         raise ValueError(f"the deployment asks for {dep.gpus:,} GPUs; use at most {_MAX_GPUS:,}")
     for name in PRECISION_FIELDS:
@@ -263,6 +283,54 @@ def _deployment_of(args: argparse.Namespace):
     if given and args.concurrency is not None:
         raise ValueError("an SLO selects the operating point: give it without --concurrency")
     return gpu, dep, (SLO(**given) if given else None)
+
+
+def _runtime_of(args: argparse.Namespace):
+    """The Runtime of ``--runtime FILE``, else the fitted defaults; ValueError naming the file and field."""
+    from co_design.perf import Runtime
+
+    return Runtime.load(args.runtime) if args.runtime else Runtime()
+
+
+def _anchor(args: argparse.Namespace) -> int:
+    from co_design.perf import TPOTMeasurement, anchor_runtime, predict
+    from co_design.perf.anchor import ANCHORED_FIELDS
+
+    if not args.tpot_ms > 0:
+        return _fail(f"--tpot-ms must be > 0 (the measured time per output token, ms), got {args.tpot_ms:g}", "anchor")
+    if args.concurrency is None:
+        return _fail("--concurrency is required: the requests in flight when the TPOT was measured (e.g. 1)", "anchor")
+    arch, code = _load_arch(args.config, "anchor")
+    if arch is None:
+        return code
+    try:
+        gpu, dep, _ = _deployment_of(args)
+        before = predict(arch, gpu, dep).tpot_s
+        runtime, scale = anchor_runtime([TPOTMeasurement(arch, gpu, dep, args.tpot_ms / 1e3)], dep.runtime)
+    except ValueError as exc:
+        return _fail(str(exc), "anchor")
+    where = f"{arch.name} on {gpu.name} x{dep.gpus} ({dep.label}) at concurrency {dep.concurrency}, ISL/OSL {dep.isl}/{dep.osl}"
+    record = {"runtime": runtime.to_dict(),
+              "anchor": {"model": arch.name, "gpu": gpu.name, "deployment": dep.label, "gpus": dep.gpus,
+                         "concurrency": dep.concurrency, "isl": dep.isl, "osl": dep.osl,
+                         "measured_tpot_ms": args.tpot_ms, "predicted_tpot_ms_before": before * 1e3,
+                         "scale": scale, "scaled_fields": list(ANCHORED_FIELDS)}}
+    if args.out:
+        try:
+            Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
+        except OSError as exc:
+            return _fail(f"cannot write --out {args.out!r}: {exc.strerror or exc}", "anchor")
+    if args.json:
+        print(json.dumps(record | ({"out": args.out} if args.out else {}), indent=1))
+        return 0
+    print(f"anchored on {where}: measured TPOT {args.tpot_ms:.3f} ms, predicted {before * 1e3:.3f} ms before")
+    print(f"overheads scaled {scale:.3f}x:")
+    for f in ANCHORED_FIELDS:
+        print(f"  {f}: {getattr(dep.runtime, f):.3g} -> {getattr(runtime, f):.3g} s")
+    if args.out:
+        print(f"wrote {args.out}; use it with: co-design predict CANDIDATE --runtime {args.out} ..., "
+              f"or python -m search deployment.runtime_file={args.out}")
+    return 0
 
 
 def _advise(args: argparse.Namespace) -> int:
@@ -398,7 +466,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] not in ("predict", "advise", "export", "-h", "--help", "--version"):
+    if argv and argv[0] not in ("predict", "advise", "export", "anchor", "-h", "--help", "--version"):
         argv = ["predict", *argv]  # `co-design CONFIG ...` works too
     try:
         args = parser.parse_args(argv)
@@ -410,6 +478,8 @@ def _run(argv: Sequence[str] | None) -> int:
         return _advise(args)
     if args.command == "export":
         return _export(args)
+    if args.command == "anchor":
+        return _anchor(args)
     return _fail(f"unknown command {args.command!r}")
 
 

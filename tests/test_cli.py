@@ -349,3 +349,35 @@ def test_fp8_scaling_block_adds_quantization_kernels_and_needs_fp8_activations(c
     assert main(["export", config, "--weights", "fp8", "--activations", "fp8", "--fp8-scaling", "block",
                  "--out", str(tmp_path / "o")]) == 2
     assert "export with --fp8-scaling tensor" in capsys.readouterr().err
+
+
+def test_anchor_writes_a_runtime_that_predict_and_advise_read(config, capsys, tmp_path):
+    fp8 = ["--hardware", "h200", "--weights", "fp8", "--activations", "fp8", "--concurrency", "1"]
+    assert main(["predict", config, *fp8, "--json", "--no-advice"]) == 0
+    before = json.loads(capsys.readouterr().out)["tpot_ms"]
+    rt = tmp_path / "runtime.json"
+    assert main(["anchor", config, *fp8, "--tpot-ms", f"{0.8 * before}", "--out", str(rt)]) == 0
+    out = capsys.readouterr().out
+    assert f"measured TPOT {0.8 * before:.3f} ms, predicted {before:.3f} ms before" in out
+    assert f"--runtime {rt}" in out and f"deployment.runtime_file={rt}" in out
+    record = json.loads(rt.read_text())
+    assert record["anchor"]["measured_tpot_ms"] == pytest.approx(0.8 * before) and record["anchor"]["scale"] < 1
+    assert main(["predict", config, *fp8, "--json", "--no-advice", "--runtime", str(rt)]) == 0
+    assert json.loads(capsys.readouterr().out)["tpot_ms"] == pytest.approx(0.8 * before, rel=1e-6)
+    assert main(["advise", config, *fp8, "--json", "--runtime", str(rt)]) == 0
+    assert json.loads(capsys.readouterr().out)
+    # --json: the record itself
+    assert main(["anchor", config, *fp8, "--tpot-ms", f"{1.2 * before}", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["anchor"]["scale"] > 1
+
+
+@pytest.mark.parametrize("flags, fragment", [
+    (["--concurrency", "1", "--tpot-ms", "0"], "--tpot-ms must be > 0"),
+    (["--tpot-ms", "5"], "--concurrency is required"),
+    (["--concurrency", "1", "--tpot-ms", "1e-4"], "with no runtime overheads at all"),
+    (["--concurrency", "1", "--tpot-ms", "5", "--runtime", "missing.json"], "cannot read runtime file 'missing.json'"),
+])
+def test_anchor_errors_exit_2_with_one_line(config, capsys, flags, fragment):
+    assert main(["anchor", config, "--hardware", "b200", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("co-design anchor: error: ") and fragment in err and err.count("\n") == 1
