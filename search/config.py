@@ -172,6 +172,10 @@ class DeploymentConfig:
     # max_num_batched_tokens): deployment settings, shown with each result and flagged when they cap it.
     max_batch: int = 2048  # requests scheduled per iteration per replica (per attention-DP rank)
     max_num_tokens: int = 8192  # tokens per iteration (decode + prompt chunk); larger steps run as chunks
+    # The performance model's runtime overheads and rates: null = the fitted defaults; a JSON file of
+    # co_design.perf.Runtime fields (e.g. from `co-design anchor --out`, anchored on a TPOT measured on your
+    # runtime) replaces them. max_batch and max_num_tokens above still apply.
+    runtime_file: Optional[str] = None
 
 
 @dataclass
@@ -525,6 +529,13 @@ def _validate_deployment(cfg: SearchConfig, problems: list[str]) -> None:
     for key in ("interactive_concurrency", "max_batch", "max_num_tokens"):
         if getattr(d, key) < 1:
             problems.append(f"deployment.{key}={getattr(d, key)}: must be >= 1")
+    if d.runtime_file is not None:
+        from co_design.perf import Runtime
+
+        try:
+            Runtime.load(d.runtime_file)
+        except ValueError as exc:
+            problems.append(f"deployment.runtime_file: {exc}; give a runtime JSON (co-design anchor --out FILE) or null")
     for f in dataclasses.fields(d.slo):
         v = getattr(d.slo, f.name)
         if v is not None and v <= 0:
@@ -797,9 +808,10 @@ def study_settings(cfg: SearchConfig) -> dict[str, Any]:
         "hardware": dataclasses.asdict(cfg.hardware),
         "deployment": dataclasses.asdict(cfg.deployment),
         "space": dataclasses.asdict(cfg.space),
-        # the performance model's fitted runtime constants: a study scored by another version of the model
-        # (other constants) would mix predictions that are not comparable
-        "perf_runtime": dataclasses.asdict(Runtime()),
+        # the performance model's runtime constants (fitted, or from deployment.runtime_file): a study scored
+        # with other constants would mix predictions that are not comparable
+        "perf_runtime": dataclasses.asdict(Runtime.load(cfg.deployment.runtime_file) if cfg.deployment.runtime_file
+                                           else Runtime()),
     }
     if "loss" in cfg.objectives.names:
         proxy = dataclasses.asdict(cfg.proxy)

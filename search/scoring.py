@@ -26,6 +26,8 @@ Pure Python on top of :mod:`co_design.perf` (no torch).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,6 +94,15 @@ def perf_slo(slo: Any) -> Any:
     )
 
 
+@functools.lru_cache(maxsize=8)
+def base_runtime(runtime_file: str | None) -> Any:
+    """The :class:`co_design.perf.Runtime` of ``deployment.runtime_file`` (read once per path), else the fitted
+    defaults."""
+    from co_design import perf
+
+    return perf.Runtime.load(runtime_file) if runtime_file else perf.Runtime()
+
+
 def perf_deployment(deployment_cfg: Any, combo: dict[str, Any], precision: str | None, concurrency: int | None) -> Any:
     """The :class:`co_design.perf.Deployment` of one parallelism ``combo`` of a :class:`DeploymentConfig`.
 
@@ -110,7 +121,8 @@ def perf_deployment(deployment_cfg: Any, combo: dict[str, Any], precision: str |
         isl=d.isl,
         osl=d.osl,
         concurrency=concurrency,
-        runtime=perf.Runtime(max_batch=int(d.max_batch), max_num_tokens=int(d.max_num_tokens)),
+        runtime=dataclasses.replace(base_runtime(d.runtime_file), max_batch=int(d.max_batch),
+                                    max_num_tokens=int(d.max_num_tokens)),
         **combo,
     )
 

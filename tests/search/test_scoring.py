@@ -103,3 +103,25 @@ def test_block_fp8_scaling_reaches_the_model_only_with_fp8_activations():
     block = perf.predict(ARCH, "h100", perf_deployment(dep, combo, None, 1))
     tensor = perf.predict(ARCH, "h100", perf_deployment(_dep(weights="fp8", activations="fp8"), combo, None, 1))
     assert block.tpot_s > tensor.tpot_s
+
+
+def test_a_runtime_file_reaches_both_operating_points_and_the_study_settings(tmp_path):
+    import json
+
+    from co_design.perf.anchor import scaled_runtime
+    from search.config import study_settings
+
+    slow = tmp_path / "runtime.json"
+    slow.write_text(json.dumps({"runtime": scaled_runtime(perf.Runtime(), 3.0).to_dict()}))
+    default, anchored = _dep(gpus=8, tp=[1, 8]), _dep(gpus=8, tp=[1, 8], runtime_file=str(slow), max_batch=512)
+    ip0, ip1 = interactive_point(ARCH, "b200", default), interactive_point(ARCH, "b200", anchored)
+    assert ip1.prediction.tpot_s > ip0.prediction.tpot_s
+    assert ip1.deployment.runtime.iteration_overhead_s == pytest.approx(3 * perf.Runtime().iteration_overhead_s)
+    tp = throughput_point(ARCH, "b200", anchored)
+    assert tp.deployment.runtime.kernel_gap_s == pytest.approx(3 * perf.Runtime().kernel_gap_s)
+    assert tp.deployment.runtime.max_batch == 512  # the deployment's runtime limits still apply
+    cfg = to_search_config(compose_cfg(f"deployment.runtime_file={slow}"))
+    settings = study_settings(cfg)
+    assert settings["perf_runtime.iteration_overhead_s"] == pytest.approx(3 * perf.Runtime().iteration_overhead_s)
+    assert settings["perf_runtime.iteration_overhead_s"] != study_settings(to_search_config(compose_cfg()))[
+        "perf_runtime.iteration_overhead_s"]
