@@ -27,7 +27,10 @@ What is reported (benchmarks/results/validation.md + validation.json):
    no training row can move is pinned at its idealized value, not fitted (:func:`unconstrained`).
 3. **Fitted values and their spread across the leave-one-model-out folds**, and the product's defaults
    (the fit on all perf-overview rows) with their in-sample figures.
-4. **Test set**: TPOT/TTFT at concurrency 1-64, MdAPE on the max-load rows, whether the model orders each
+4. **Anchored TPOT** (``--anchored``, ``anchored.md``): each concurrency-1 row predicted after
+   :func:`co_design.perf.anchor_runtime` scales the runtime's overheads to rows of the same runtime version
+   measured on other settings, as a user anchors on the model they already serve.
+5. **Test set**: TPOT/TTFT at concurrency 1-64, MdAPE on the max-load rows, whether the model orders each
    16-bit/FP8 pair and each FP8/FP4 pair (one Blackwell GPU) as measured, and the concordance of the
    deployment choices at one load (mapping, precision, runtime).
 
@@ -45,6 +48,7 @@ Usage::
     python benchmarks/validate_perf.py --latency-folds  # held-out latency of the models with latency rows only
     python benchmarks/validate_perf.py --ttft           # TTFT at concurrency 1: fit, held out by model, test rows
     python benchmarks/validate_perf.py --runtime-spread # concurrency-1 TPOT of one setting on different runtimes
+    python benchmarks/validate_perf.py --anchored       # concurrency-1 TPOT with the runtime anchored on other settings
     python benchmarks/validate_perf.py --pair-moves     # every fit also tries two-parameter moves (about 2.5x longer)
     python benchmarks/validate_perf.py --jobs 8
 
@@ -60,6 +64,7 @@ import itertools
 import json
 import math
 import os
+import re
 import statistics
 import sys
 import time
@@ -71,7 +76,7 @@ from scipy.stats import spearmanr
 
 from co_design.arch import MLA, Architecture
 from co_design.hardware import get_gpu
-from co_design.perf import SLO, Deployment, Runtime, max_throughput, predict
+from co_design.perf import SLO, Deployment, Runtime, TPOTMeasurement, anchor_runtime, max_throughput, predict
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data" / "published_serving.json"
@@ -746,6 +751,14 @@ def best_window(values: list[float], target: float = TPOT_TARGET) -> int:
     return max((sum(x <= lo * (1 + target) / (1 - target) for x in v[i:]) for i, lo in enumerate(v)), default=0)
 
 
+def setting_of(row: dict[str, Any]) -> tuple:
+    """A row's deployment setting: (architecture, GPU, GPU count, weight format, (tp, ep, attention DP)), an
+    unstated ep or attention DP read as the runtimes' defaults, 1 and off."""
+    tp, ep, dp = mapping_of(row)
+    return (json.dumps(row["arch"], sort_keys=True), row["hardware"], row["num_gpus"], precision_of(row)[0],
+            (tp, ep or 1, bool(dp)))
+
+
 def runtime_spread(rows: list[dict[str, Any]], predicted: dict[str, float] | None = None) -> list[dict[str, Any]]:
     """Concurrency-1 TPOT rows (:func:`c1_tpot_rows`) grouped by deployment setting -- architecture, GPU and
     count, weight format and stated mapping (tp, ep, attention DP) -- keeping the groups measured on more than
@@ -757,10 +770,7 @@ def runtime_spread(rows: list[dict[str, Any]], predicted: dict[str, float] | Non
     :data:`TPOT_TARGET` of each."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in c1_tpot_rows(rows):
-        tp, ep, dp = mapping_of(r)
-        key = (json.dumps(r["arch"], sort_keys=True), r["hardware"], r["num_gpus"], precision_of(r)[0],
-               (tp, ep or 1, bool(dp)))  # unstated ep / attention DP: the runtimes' defaults, 1 and off
-        groups.setdefault(key, []).append(r)
+        groups.setdefault(setting_of(r), []).append(r)
     out = []
     for (_, gpu, n, w, (tp, ep, dp)), rs in groups.items():
         if len({r["framework"] for r in rs}) < 2:
@@ -805,6 +815,133 @@ def runtime_spread_report(predictor: Predictor, rows: list[dict[str, Any]], out:
     return groups
 
 
+RUNTIMES = ("TensorRT-LLM", "SGLang", "vLLM", "NIM")
+
+
+def runtime_version(row: dict[str, Any]) -> str | None:
+    """``"<runtime> <version>"`` of a row as its ``framework`` states it (``.postN`` patch releases folded into
+    their version), or None where the row names no version (e.g. "main branch"): such a row is never grouped
+    with another."""
+    f = row["framework"]
+    name = next((n for n in RUNTIMES if n.lower() in f.lower()), None)
+    m = re.search(r"\bv?(\d+\.\d+(?:\.\d+)?(?:rc\d+)?)", f)
+    return f"{name} {m.group(1)}" if name and m else None
+
+
+def row_measurement(row: dict[str, Any], runtime: Runtime) -> TPOTMeasurement:
+    """The :class:`TPOTMeasurement` of a concurrency-1 TPOT row, on the deployment :func:`predict_row` picks for
+    it (the row's stated mapping; the faster reading of an unstated one) under ``runtime``."""
+    arch = arch_of(row)
+    deps, _ = deployments_of(row, arch, runtime)
+    label = predict_row(row, runtime).get("mapping")
+    dep = next(d for d in deps if d.label == label)
+    return TPOTMeasurement(arch, get_gpu(row["hardware"].lower()), dep, latency_target(row)[1] / 1e3)
+
+
+def anchored_errors(rows: list[dict[str, Any]], runtime: Runtime) -> list[dict[str, Any]]:
+    """Each concurrency-1 TPOT row of ``rows`` predicted after anchoring ``runtime``
+    (:func:`co_design.perf.anchor_runtime`) on rows of the same runtime version (:func:`runtime_version`)
+    measured on another setting (:func:`setting_of`), so no anchor shares the target's GPU, model, format and
+    mapping. Per row: ``{"id", "runtime", "measured_ms", "zero_shot_ms", "others": {"n", "scale", "ms"} | None,
+    "single": [{"anchor", "scale", "ms" | None, "refused": str | None}]}``: ``others`` anchors on all such rows
+    at once, ``single`` on each alone (a team measures one model first)."""
+    c1 = c1_tpot_rows(rows)
+    meas = {r["id"]: row_measurement(r, runtime) for r in c1}
+    out = []
+    for t in c1:
+        version = runtime_version(t)
+        anchors = [a for a in c1 if version and runtime_version(a) == version and setting_of(a) != setting_of(t)]
+        m = meas[t["id"]]
+        zero = predict(m.arch, m.gpu, m.deployment).tpot_s
+        item: dict[str, Any] = {"id": t["id"], "model": t["model"], "gpu": f"{t['hardware']} x{t['num_gpus']}",
+                                "mapping": m.deployment.label, "isl/osl": f"{t['isl']}/{t['osl']}",
+                                "runtime": version or t["framework"][:50], "measured_ms": m.tpot_s * 1e3,
+                                "zero_shot_ms": zero * 1e3, "others": None, "single": []}
+
+        def tpot_ms(rt: Runtime) -> float:
+            return predict(m.arch, m.gpu, m.deployment.replace(runtime=rt)).tpot_s * 1e3
+
+        if anchors:
+            rt, scale = anchor_runtime([meas[a["id"]] for a in anchors], runtime)
+            item["others"] = {"n": len(anchors), "scale": scale, "ms": tpot_ms(rt)}
+        for a in anchors:
+            try:
+                rt, scale = anchor_runtime([meas[a["id"]]], runtime)
+                item["single"].append({"anchor": a["id"], "scale": scale, "ms": tpot_ms(rt), "refused": None})
+            except ValueError as e:
+                item["single"].append({"anchor": a["id"], "scale": None, "ms": None, "refused": str(e)})
+        out.append(item)
+    return out
+
+
+def anchored_summary(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rows within :data:`TPOT_TARGET` and MdAPE: zero-shot over every row and over the rows that have anchors,
+    anchored on all other settings, and over every (row, single anchor) pair."""
+    def cell(errs: list[float]) -> dict[str, Any]:
+        return {"n": len(errs), "within": sum(abs(e) <= TPOT_TARGET for e in errs),
+                "mdape": 100 * statistics.median(abs(e) for e in errs) if errs else None}
+
+    anchored = [i for i in items if i["others"]]
+    return {"zero_shot_all": cell([i["zero_shot_ms"] / i["measured_ms"] - 1 for i in items]),
+            "zero_shot_anchorable": cell([i["zero_shot_ms"] / i["measured_ms"] - 1 for i in anchored]),
+            "anchored_on_others": cell([i["others"]["ms"] / i["measured_ms"] - 1 for i in anchored]),
+            "single_anchor_pairs": cell([s["ms"] / i["measured_ms"] - 1 for i in anchored for s in i["single"]
+                                         if s["ms"] is not None]),
+            "single_anchor_refused": sum(s["ms"] is None for i in items for s in i["single"])}
+
+
+def anchored_report(test: list[dict[str, Any]], dev: list[dict[str, Any]], out: Path) -> dict[str, Any]:
+    """:func:`anchored_errors` on the test rows and (in sample: their constants were fitted on them) the dev rows,
+    under the shipped :class:`Runtime`; write ``anchored.md`` and ``anchored.json`` under ``out``."""
+    runtime = Runtime()
+    res = {"test": anchored_errors(test, runtime), "dev": anchored_errors(dev, runtime)}
+    summary = {k: anchored_summary(v) for k, v in res.items()}
+
+    def fmt(c: dict[str, Any]) -> str:
+        return f"{c['within']}/{c['n']} within {100 * TPOT_TARGET:.0f} %, MdAPE " + (
+            f"{c['mdape']:.1f} %" if c["mdape"] is not None else "-")
+
+    L = ["# TPOT at concurrency 1 with the runtime anchored on measurements of the same runtime version", "",
+         "Command: `python benchmarks/validate_perf.py --anchored` (about a minute). "
+         "`co_design.perf.anchor_runtime` scales the shipped `Runtime`'s per-kernel gap, per-collective "
+         "overhead and host time per iteration and per request by one factor so the model meets TPOTs measured "
+         "on one runtime version; the GPU's rates stay as fitted. Each concurrency-1 row is predicted after "
+         "anchoring on rows of the same runtime version and another setting (another GPU, GPU count, weight "
+         "format or mapping; never the same setting at another ISL/OSL). Rows whose runtime version has no "
+         "other setting, or names no version, cannot be anchored and keep their zero-shot prediction.", ""]
+    for name, what in (("test", "Test set (`published_latency.json`, never fitted)"),
+                       ("dev", "Dev set (`published_low_concurrency.json`; the shipped constants were fitted on "
+                               "these rows, so the zero-shot column is in sample)")):
+        s = summary[name]
+        L += [f"## {what}", "",
+              f"- zero-shot, every row: {fmt(s['zero_shot_all'])}",
+              f"- zero-shot, the rows that can be anchored: {fmt(s['zero_shot_anchorable'])}",
+              f"- anchored on every other setting of the runtime version: {fmt(s['anchored_on_others'])}",
+              f"- anchored on one other row, every (row, anchor) pair: {fmt(s['single_anchor_pairs'])}"
+              + (f"; {s['single_anchor_refused']} anchors refused (faster than the model's zero-overhead floor)"
+                 if s["single_anchor_refused"] else ""), "",
+              "| id | model | GPU | mapping | ISL/OSL | runtime | measured ms | zero-shot | anchored (scale) | "
+              "one anchor: best / worst |", "|---|---|---|---|---|---|---:|---:|---:|---:|"]
+        for i in res[name]:
+            m = i["measured_ms"]
+
+            def err(x: float) -> str:
+                return f"{100 * (x / m - 1):+.0f} %"
+
+            single = [x["ms"] for x in i["single"] if x["ms"] is not None]
+            L.append(f"| {i['id']} | {i['model']} | {i['gpu']} | {i['mapping']} | {i['isl/osl']} | {i['runtime']} | "
+                     f"{m:.2f} | {err(i['zero_shot_ms'])} | "
+                     + (f"{err(i['others']['ms'])} ({i['others']['scale']:.2f}) | " if i["others"] else "- | ")
+                     + (f"{err(min(single, key=lambda x: abs(x / m - 1)))} / {err(max(single, key=lambda x: abs(x / m - 1)))} |"
+                        if single else "- |"))
+        L.append("")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "anchored.md").write_text("\n".join(L) + "\n")
+    (out / "anchored.json").write_text(json.dumps({"summary": summary, "rows": res}, indent=1) + "\n")
+    print("\n".join(L))
+    return summary
+
+
 # ----------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -825,6 +962,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runtime-spread", action="store_true",
                     help="group the concurrency-1 TPOT rows of one setting measured on different runtimes; write "
                          "runtime_spread.md/.json and stop (seconds)")
+    ap.add_argument("--anchored", action="store_true",
+                    help="predict each concurrency-1 TPOT row after anchoring the runtime on rows of its runtime "
+                         "version measured on other settings; write anchored.md/.json and stop (about a minute)")
     ap.add_argument("--latency-folds", action="store_true",
                     help="refit without each model that has only low-concurrency rows, predict its rows, write "
                          "latency_folds.md/.json and stop")
@@ -850,6 +990,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.runtime_spread:
         every_low = json.loads(Path(args.low_data).read_text()) if Path(args.low_data).exists() else []
         runtime_spread_report(predictor, every_low + test_rows, Path(args.out))
+        predictor.close()
+        return 0
+    if args.anchored:
+        every_low = json.loads(Path(args.low_data).read_text()) if Path(args.low_data).exists() else []
+        anchored_report(test_rows, every_low, Path(args.out))
         predictor.close()
         return 0
     if args.latency_folds:

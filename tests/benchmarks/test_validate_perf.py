@@ -1,5 +1,6 @@
 """The validation's fit objective and latency targets (benchmarks/validate_perf.py)."""
 
+import json
 import math
 
 import pytest
@@ -312,3 +313,42 @@ def test_runtime_spread_groups_one_setting_across_runtimes_and_bounds_one_predic
     t = vp.TPOT_TARGET
     assert vp.best_window([1.0, (1 + t) / (1 - t)]) == 2 and vp.best_window([1.0, 1.36]) == 1
     assert vp.best_window([]) == 0
+
+
+def test_runtime_version_reads_the_name_and_version_and_refuses_to_guess():
+    def v(framework):
+        return vp.runtime_version({"framework": framework})
+
+    assert v("SGLang v0.5.12 (lmsysorg/sglang:v0.5.12-cu130)") == "SGLang 0.5.12"
+    assert v("SGLang 0.5.6.post1 (`python -m sglang.launch_server ...`)") == "SGLang 0.5.6"
+    assert v("TensorRT-LLM v0.21.0rc2 (built from source), trtllm-serve") == "TensorRT-LLM 0.21.0rc2"
+    assert v("vLLM v0.11.0 ('vllm serve Qwen/Qwen3-8B')") == "vLLM 0.11.0"
+    assert v("TensorRT-LLM (PyTorch backend, main branch; version not stated on page)") is None
+    assert v("some server 1.2") is None
+
+
+def test_anchored_errors_recover_a_runtime_from_another_setting():
+    # two published settings of one runtime version, their TPOTs replaced by what the model predicts under a
+    # runtime with half the fitted overheads: anchoring on either must give back the other exactly
+    from co_design.perf import Runtime, predict
+    from co_design.perf.anchor import scaled_runtime
+
+    rows = {r["id"]: r for r in json.loads(vp.TEST_DATA.read_text())}
+    half = scaled_runtime(Runtime(), 0.5)
+    synth = []
+    for id_ in ("lat-ix001", "lat-ix008", "lat-ix009"):  # B200 TP8, B200 TP4, B200 TP8 at 8k input (ix001's setting)
+        r = json.loads(json.dumps(rows[id_]))
+        m = vp.row_measurement(r, Runtime())
+        r["metrics"] = {"tpot_ms": predict(m.arch, m.gpu, m.deployment.replace(runtime=half)).tpot_s * 1e3}
+        synth.append(r)
+    unversioned = json.loads(json.dumps(rows["lat-015"]))
+    items = {i["id"]: i for i in vp.anchored_errors(synth + [unversioned], Runtime())}
+    for id_ in ("lat-ix001", "lat-ix009"):  # one setting: they never anchor each other, only ix008 does
+        assert items[id_]["others"]["n"] == 1 and [s["anchor"] for s in items[id_]["single"]] == ["lat-ix008"]
+        assert items[id_]["others"]["scale"] == pytest.approx(0.5, rel=1e-6)
+        assert items[id_]["others"]["ms"] == pytest.approx(items[id_]["measured_ms"], rel=1e-6)
+    assert items["lat-ix008"]["others"]["n"] == 2
+    assert items["lat-015"]["others"] is None and items["lat-015"]["single"] == []
+    s = vp.anchored_summary(list(items.values()))
+    assert s["anchored_on_others"] == {"n": 3, "within": 3, "mdape": pytest.approx(0.0, abs=1e-4)}
+    assert s["zero_shot_all"]["n"] == 4 and s["single_anchor_pairs"]["n"] == 4
