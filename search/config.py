@@ -806,7 +806,8 @@ def study_settings(cfg: SearchConfig) -> dict[str, Any]:
     data: dict[str, Any] = {
         "objectives": {"names": list(cfg.objectives.names)},
         "hardware": dataclasses.asdict(cfg.hardware),
-        "deployment": dataclasses.asdict(cfg.deployment),
+        # the runtime file's path is not a setting (a copy elsewhere serves as well): its contents are, below
+        "deployment": {k: v for k, v in dataclasses.asdict(cfg.deployment).items() if k != "runtime_file"},
         "space": dataclasses.asdict(cfg.space),
         # the performance model's runtime constants (fitted, or from deployment.runtime_file): a study scored
         # with other constants would mix predictions that are not comparable

@@ -125,3 +125,7 @@ def test_a_runtime_file_reaches_both_operating_points_and_the_study_settings(tmp
     assert settings["perf_runtime.iteration_overhead_s"] == pytest.approx(3 * perf.Runtime().iteration_overhead_s)
     assert settings["perf_runtime.iteration_overhead_s"] != study_settings(to_search_config(compose_cfg()))[
         "perf_runtime.iteration_overhead_s"]
+    # the file's contents are the setting, not its path: a copy elsewhere resumes the same study
+    copy = tmp_path / "elsewhere.json"
+    copy.write_text(slow.read_text())
+    assert study_settings(to_search_config(compose_cfg(f"deployment.runtime_file={copy}"))) == settings
