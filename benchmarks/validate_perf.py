@@ -874,6 +874,39 @@ def anchored_errors(rows: list[dict[str, Any]], runtime: Runtime) -> list[dict[s
     return out
 
 
+def anchored_above_c1(rows: list[dict[str, Any]], runtime: Runtime) -> list[dict[str, Any]]:
+    """The rows of ``rows`` measured above concurrency 1 with a published TPOT, predicted under ``runtime`` and
+    under ``runtime`` anchored (:func:`co_design.perf.anchor_runtime`) on the concurrency-1 TPOT rows of the same
+    runtime version and another setting: does an anchor taken at one request in flight carry to a loaded server?
+    Per row: ``{"id", "runtime", "concurrency", "measured_ms", "zero_shot_ms", "anchored_ms", "scale",
+    "measured_per_gpu", "zero_shot_per_gpu", "anchored_per_gpu"}`` (output tokens/s per GPU; None where the row
+    publishes none); rows without such anchors are left out."""
+    c1 = c1_tpot_rows(rows)
+    meas = {r["id"]: row_measurement(r, runtime) for r in c1}
+    anchored: dict[tuple[str, ...], tuple[Runtime, float]] = {}
+    out = []
+    for t in rows:
+        if not (t.get("concurrency") or 0) > 1 or t.get("speculative_decoding") or not (t.get("isl") and t.get("osl")) \
+                or (latency_target(t) or ("", 0.0))[0] != "tpot_ms":
+            continue
+        version = runtime_version(t)
+        anchors = tuple(a["id"] for a in c1 if version and runtime_version(a) == version
+                        and setting_of(a) != setting_of(t))
+        if not anchors:
+            continue
+        if anchors not in anchored:
+            anchored[anchors] = anchor_runtime([meas[a] for a in anchors], runtime)
+        rt, scale = anchored[anchors]
+        zero, anch = predict_row(t, runtime), predict_row(t, rt)
+        out.append({"id": t["id"], "model": t["model"], "gpu": f"{t['hardware']} x{t['num_gpus']}",
+                    "mapping": zero.get("mapping"), "isl/osl": f"{t['isl']}/{t['osl']}", "runtime": version,
+                    "concurrency": t["concurrency"], "measured_ms": latency_target(t)[1],
+                    "zero_shot_ms": zero.get("tpot_ms"), "anchored_ms": anch.get("tpot_ms"), "scale": scale,
+                    "measured_per_gpu": measured_per_gpu(t), "zero_shot_per_gpu": zero.get("predicted"),
+                    "anchored_per_gpu": anch.get("predicted")})
+    return out
+
+
 def anchored_summary(items: list[dict[str, Any]]) -> dict[str, Any]:
     """Rows within :data:`TPOT_TARGET` and MdAPE: zero-shot over every row and over the rows that have anchors,
     anchored on all other settings, and over every (row, single anchor) pair."""
@@ -896,6 +929,19 @@ def anchored_report(test: list[dict[str, Any]], dev: list[dict[str, Any]], out: 
     runtime = Runtime()
     res = {"test": anchored_errors(test, runtime), "dev": anchored_errors(dev, runtime)}
     summary = {k: anchored_summary(v) for k, v in res.items()}
+    loaded = anchored_above_c1(test, runtime)
+
+    def cell(pairs: list[tuple[float | None, float | None]]) -> dict[str, Any]:
+        errs = [p / m - 1 for p, m in pairs if p and m]
+        return {"n": len(errs), "within": sum(abs(e) <= TPOT_TARGET for e in errs),
+                "mdape": 100 * statistics.median(abs(e) for e in errs) if errs else None,
+                "signed": 100 * statistics.median(errs) if errs else None}
+
+    summary["test_above_concurrency_1"] = {
+        "tpot_zero_shot": cell([(i["zero_shot_ms"], i["measured_ms"]) for i in loaded]),
+        "tpot_anchored": cell([(i["anchored_ms"], i["measured_ms"]) for i in loaded]),
+        "per_gpu_zero_shot": cell([(i["zero_shot_per_gpu"], i["measured_per_gpu"]) for i in loaded]),
+        "per_gpu_anchored": cell([(i["anchored_per_gpu"], i["measured_per_gpu"]) for i in loaded])}
 
     def fmt(c: dict[str, Any]) -> str:
         return f"{c['within']}/{c['n']} within {100 * TPOT_TARGET:.0f} %, MdAPE " + (
@@ -935,9 +981,35 @@ def anchored_report(test: list[dict[str, Any]], dev: list[dict[str, Any]], out: 
                      + (f"{err(min(single, key=lambda x: abs(x / m - 1)))} / {err(max(single, key=lambda x: abs(x / m - 1)))} |"
                         if single else "- |"))
         L.append("")
+    a = summary["test_above_concurrency_1"]
+
+    def signed(c: dict[str, Any]) -> str:
+        return f"{fmt(c)}, median signed {c['signed']:+.1f} %" if c["signed"] is not None else fmt(c)
+
+    L += ["## Test set above concurrency 1: does an anchor taken at one request carry to a loaded server?", "",
+          "Rows at concurrency 2-64 with a published TPOT, predicted with the runtime anchored on the "
+          "concurrency-1 rows of the same runtime version and another setting (as above; the scale in brackets).",
+          "",
+          f"- TPOT, zero-shot: {signed(a['tpot_zero_shot'])}",
+          f"- TPOT, anchored: {signed(a['tpot_anchored'])}",
+          f"- output tokens/s per GPU, zero-shot: {signed(a['per_gpu_zero_shot'])}",
+          f"- output tokens/s per GPU, anchored: {signed(a['per_gpu_anchored'])}", "",
+          "| id | GPU | mapping | ISL/OSL | runtime | concurrency | measured TPOT ms | zero-shot | anchored (scale) | "
+          "measured tok/s/GPU | zero-shot | anchored |", "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for i in loaded:
+        m, mg = i["measured_ms"], i["measured_per_gpu"]
+
+        def e(x: float | None, ref: float | None) -> str:
+            return f"{100 * (x / ref - 1):+.0f} %" if x and ref else "-"
+
+        L.append(f"| {i['id']} | {i['gpu']} | {i['mapping']} | {i['isl/osl']} | {i['runtime']} | {i['concurrency']} | "
+                 f"{m:.2f} | {e(i['zero_shot_ms'], m)} | {e(i['anchored_ms'], m)} ({i['scale']:.2f}) | "
+                 + (f"{mg:.1f}" if mg else "-") + f" | {e(i['zero_shot_per_gpu'], mg)} | {e(i['anchored_per_gpu'], mg)} |")
+    L.append("")
     out.mkdir(parents=True, exist_ok=True)
     (out / "anchored.md").write_text("\n".join(L) + "\n")
-    (out / "anchored.json").write_text(json.dumps({"summary": summary, "rows": res}, indent=1) + "\n")
+    (out / "anchored.json").write_text(json.dumps({"summary": summary, "rows": res, "test_above_concurrency_1": loaded},
+                                                  indent=1) + "\n")
     print("\n".join(L))
     return summary
 

@@ -352,3 +352,13 @@ def test_anchored_errors_recover_a_runtime_from_another_setting():
     s = vp.anchored_summary(list(items.values()))
     assert s["anchored_on_others"] == {"n": 3, "within": 3, "mdape": pytest.approx(0.0, abs=1e-4)}
     assert s["zero_shot_all"]["n"] == 4 and s["single_anchor_pairs"]["n"] == 4
+    # above concurrency 1: ix001's setting at 4 requests in flight, anchored on the concurrency-1 row of another
+    # setting (ix008), comes back exactly; an unversioned row is left out
+    loaded = json.loads(json.dumps(synth[0]))
+    loaded.update(id="c4", concurrency=4)
+    m = vp.row_measurement(loaded, Runtime())
+    loaded["metrics"] = {"tpot_ms": predict(m.arch, m.gpu, m.deployment.replace(runtime=half)).tpot_s * 1e3}
+    out = vp.anchored_above_c1(synth + [loaded, unversioned | {"concurrency": 4}], Runtime())
+    assert [i["id"] for i in out] == ["c4"] and out[0]["scale"] == pytest.approx(0.5, rel=1e-6)
+    assert out[0]["anchored_ms"] == pytest.approx(out[0]["measured_ms"], rel=1e-6)
+    assert out[0]["zero_shot_ms"] > 1.05 * out[0]["measured_ms"]
