@@ -364,6 +364,10 @@ def test_anchor_writes_a_runtime_that_predict_and_advise_read(config, capsys, tm
     assert record["anchor"]["measured_tpot_ms"] == pytest.approx(0.8 * before) and record["anchor"]["scale"] < 1
     assert main(["predict", config, *fp8, "--json", "--no-advice", "--runtime", str(rt)]) == 0
     assert json.loads(capsys.readouterr().out)["tpot_ms"] == pytest.approx(0.8 * before, rel=1e-6)
+    assert main(["predict", config, *fp8, "--no-advice", "--runtime", str(rt)]) == 0
+    assert "  runtime: kernel_gap_s " in capsys.readouterr().out  # the report says it is not the fitted runtime
+    assert main(["predict", config, *fp8, "--no-advice"]) == 0
+    assert "runtime:" not in capsys.readouterr().out
     assert main(["advise", config, *fp8, "--json", "--runtime", str(rt)]) == 0
     assert json.loads(capsys.readouterr().out)
     # --json: the record itself

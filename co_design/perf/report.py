@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Sequence
 
-from co_design.perf.types import Advice, Prediction
+from co_design.perf.types import Advice, Prediction, Runtime
 
 if TYPE_CHECKING:
     from co_design.arch import Architecture
@@ -29,6 +30,14 @@ def _si(x: float, unit: str) -> str:
     return f"{x:.0f} {unit}"
 
 
+def _runtime_changes(runtime: Runtime) -> str:
+    """The fields of ``runtime`` that differ from the fitted :class:`Runtime` defaults, as ``name value``
+    (seconds for ``*_s``), comma-separated; empty when none differ."""
+    default = Runtime()
+    return ", ".join(f"{f.name} {getattr(runtime, f.name):.3g}" for f in dataclasses.fields(Runtime)
+                     if getattr(runtime, f.name) != getattr(default, f.name))
+
+
 def format_report(arch: "Architecture", pred: Prediction, advice: Sequence[Advice] = (), *, max_ops: int = 40) -> str:
     """Summary, memory breakdown, per-op table (decode iteration, then the prompt's iteration) and advice."""
     d = pred.deployment
@@ -37,8 +46,11 @@ def format_report(arch: "Architecture", pred: Prediction, advice: Sequence[Advic
         f"co-design predict: {arch.name} on {pred.gpu} x{d.gpus} ({d.label})",
         f"  params {pc.total / 1e9:.2f} B total, {pc.active / 1e9:.2f} B active; weights {d.weights}, "
         f"activations {d.activations}, KV cache {d.kv_cache}; ISL {d.isl}, OSL {d.osl}",
-        "",
     ]
+    changed = _runtime_changes(d.runtime)
+    if changed:
+        out.append(f"  runtime: {changed} (fitted defaults otherwise)")
+    out.append("")
     if not pred.fits:
         m = pred.memory
         out += [
