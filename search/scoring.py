@@ -335,4 +335,7 @@ def definitions(deployment_cfg: Any) -> list[str]:
         "fastest parallelism choice",
         f"runtime limits: max_batch={d.max_batch} requests, max_num_tokens={d.max_num_tokens} tokens per iteration "
         "('limited by' names what caps each throughput point)",
+        "runtime overheads: " + (f"from {d.runtime_file} (co_design.perf.Runtime fields; e.g. anchored on a measured "
+                                 "TPOT by co-design anchor)" if d.runtime_file
+                                 else "the performance model's fitted defaults (deployment.runtime_file: your own)"),
     ]

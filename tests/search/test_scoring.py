@@ -90,6 +90,8 @@ def test_definitions_name_the_slo_the_concurrency_and_the_runtime_limits():
     text = "\n".join(definitions(_dep(slo=SLOConfig(min_tokens_per_s_per_user=50.0), interactive_concurrency=4)))
     assert ">= 50 tok/s/user" in text and "4 request(s) in flight" in text
     assert "max_batch=2048" in text and "max_num_tokens=8192" in text
+    assert "runtime overheads: the performance model's fitted defaults" in text
+    assert "runtime overheads: from rt.json" in "\n".join(definitions(_dep(runtime_file="rt.json")))
 
 
 def test_block_fp8_scaling_reaches_the_model_only_with_fp8_activations():
