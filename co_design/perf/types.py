@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import numbers
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -178,7 +179,7 @@ class Runtime:
         _int_field("Runtime", "max_num_tokens", self.max_num_tokens)
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if f.name not in ("max_batch", "max_num_tokens") and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            if f.name not in ("max_batch", "max_num_tokens") and (isinstance(v, bool) or not isinstance(v, numbers.Real)):
                 raise ValueError(f"Runtime.{f.name} must be a number, got {v!r}")
         if not 0 < self.kv_cache_memory_fraction <= 1:
             raise ValueError(f"Runtime.kv_cache_memory_fraction must be in (0, 1], got {self.kv_cache_memory_fraction}")
