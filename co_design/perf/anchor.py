@@ -2,9 +2,9 @@
 
 The fitted :class:`~co_design.perf.types.Runtime` defaults describe the runtimes behind the published
 rows they were fitted on. One deployment setting decodes up to 1.33x faster on one runtime version than
-on another (``benchmarks/results/runtime_spread.md``), and nearly all of that gap at small batch is
-time the GPU's rates do not set: kernels that wait on each other, collectives' synchronization, host
-scheduling. :func:`anchor_runtime` rescales those four fitted quantities together
+on another (``benchmarks/results/runtime_spread.md``), and at small batch much of a step is time the
+GPU's rates do not set: kernels that wait on each other, collectives' synchronization, host scheduling
+(in the model's DeepSeek-R1 TP8 decode step at concurrency 1, the collectives alone are about 40 %). :func:`anchor_runtime` rescales those four fitted quantities together
 (:data:`ANCHORED_FIELDS`) by one factor, chosen so the model reproduces TPOTs the user measured on
 their own runtime, and leaves the GPU's physics (FLOP rates, HBM and link bandwidths) alone. Measure
 one model you already serve, anchor, then predict the candidate shapes on that runtime.
