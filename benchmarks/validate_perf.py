@@ -907,19 +907,23 @@ def anchored_above_c1(rows: list[dict[str, Any]], runtime: Runtime) -> list[dict
     return out
 
 
-def anchored_summary(items: list[dict[str, Any]]) -> dict[str, Any]:
-    """Rows within :data:`TPOT_TARGET` and MdAPE: zero-shot over every row and over the rows that have anchors,
-    anchored on all other settings, and over every (row, single anchor) pair."""
-    def cell(errs: list[float]) -> dict[str, Any]:
-        return {"n": len(errs), "within": sum(abs(e) <= TPOT_TARGET for e in errs),
-                "mdape": 100 * statistics.median(abs(e) for e in errs) if errs else None}
+def target_cell(pairs: list[tuple[float | None, float | None]]) -> dict[str, Any]:
+    """Of (predicted, measured) pairs with both known: how many, how many within :data:`TPOT_TARGET`, MdAPE and
+    median signed error (%; None without pairs)."""
+    errs = [p / m - 1 for p, m in pairs if p and m]
+    return {"n": len(errs), "within": sum(abs(e) <= TPOT_TARGET for e in errs),
+            "mdape": 100 * statistics.median(abs(e) for e in errs) if errs else None,
+            "signed": 100 * statistics.median(errs) if errs else None}
 
+
+def anchored_summary(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """:func:`target_cell` of the TPOTs zero-shot over every row and over the rows that have anchors, anchored
+    on all other settings, and over every (row, single anchor) pair."""
     anchored = [i for i in items if i["others"]]
-    return {"zero_shot_all": cell([i["zero_shot_ms"] / i["measured_ms"] - 1 for i in items]),
-            "zero_shot_anchorable": cell([i["zero_shot_ms"] / i["measured_ms"] - 1 for i in anchored]),
-            "anchored_on_others": cell([i["others"]["ms"] / i["measured_ms"] - 1 for i in anchored]),
-            "single_anchor_pairs": cell([s["ms"] / i["measured_ms"] - 1 for i in anchored for s in i["single"]
-                                         if s["ms"] is not None]),
+    return {"zero_shot_all": target_cell([(i["zero_shot_ms"], i["measured_ms"]) for i in items]),
+            "zero_shot_anchorable": target_cell([(i["zero_shot_ms"], i["measured_ms"]) for i in anchored]),
+            "anchored_on_others": target_cell([(i["others"]["ms"], i["measured_ms"]) for i in anchored]),
+            "single_anchor_pairs": target_cell([(s["ms"], i["measured_ms"]) for i in anchored for s in i["single"]]),
             "single_anchor_refused": sum(s["ms"] is None for i in items for s in i["single"])}
 
 
@@ -930,18 +934,11 @@ def anchored_report(test: list[dict[str, Any]], dev: list[dict[str, Any]], out: 
     res = {"test": anchored_errors(test, runtime), "dev": anchored_errors(dev, runtime)}
     summary = {k: anchored_summary(v) for k, v in res.items()}
     loaded = anchored_above_c1(test, runtime)
-
-    def cell(pairs: list[tuple[float | None, float | None]]) -> dict[str, Any]:
-        errs = [p / m - 1 for p, m in pairs if p and m]
-        return {"n": len(errs), "within": sum(abs(e) <= TPOT_TARGET for e in errs),
-                "mdape": 100 * statistics.median(abs(e) for e in errs) if errs else None,
-                "signed": 100 * statistics.median(errs) if errs else None}
-
     summary["test_above_concurrency_1"] = {
-        "tpot_zero_shot": cell([(i["zero_shot_ms"], i["measured_ms"]) for i in loaded]),
-        "tpot_anchored": cell([(i["anchored_ms"], i["measured_ms"]) for i in loaded]),
-        "per_gpu_zero_shot": cell([(i["zero_shot_per_gpu"], i["measured_per_gpu"]) for i in loaded]),
-        "per_gpu_anchored": cell([(i["anchored_per_gpu"], i["measured_per_gpu"]) for i in loaded])}
+        "tpot_zero_shot": target_cell([(i["zero_shot_ms"], i["measured_ms"]) for i in loaded]),
+        "tpot_anchored": target_cell([(i["anchored_ms"], i["measured_ms"]) for i in loaded]),
+        "per_gpu_zero_shot": target_cell([(i["zero_shot_per_gpu"], i["measured_per_gpu"]) for i in loaded]),
+        "per_gpu_anchored": target_cell([(i["anchored_per_gpu"], i["measured_per_gpu"]) for i in loaded])}
 
     def fmt(c: dict[str, Any]) -> str:
         return f"{c['within']}/{c['n']} within {100 * TPOT_TARGET:.0f} %, MdAPE " + (
@@ -1043,7 +1040,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rows = json.loads(Path(args.data).read_text())
     test_rows = json.loads(Path(args.test_data).read_text()) if Path(args.test_data).exists() else []
-    low = [r for r in (json.loads(Path(args.low_data).read_text()) if Path(args.low_data).exists() else [])
+    every_low = json.loads(Path(args.low_data).read_text()) if Path(args.low_data).exists() else []
+    low = [r for r in every_low
            if r.get("fit") and not r.get("speculative_decoding") and r.get("isl") and r.get("osl") and latency_target(r)]
     dev = [r for r in rows if not is_mlperf(r)]
     by_id = {r["id"]: r for r in rows}
@@ -1060,12 +1058,10 @@ def main(argv: list[str] | None = None) -> int:
         predictor.close()
         return 0
     if args.runtime_spread:
-        every_low = json.loads(Path(args.low_data).read_text()) if Path(args.low_data).exists() else []
         runtime_spread_report(predictor, every_low + test_rows, Path(args.out))
         predictor.close()
         return 0
     if args.anchored:
-        every_low = json.loads(Path(args.low_data).read_text()) if Path(args.low_data).exists() else []
         anchored_report(test_rows, every_low, Path(args.out))
         predictor.close()
         return 0

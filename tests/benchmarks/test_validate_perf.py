@@ -350,7 +350,8 @@ def test_anchored_errors_recover_a_runtime_from_another_setting():
     assert items["lat-ix008"]["others"]["n"] == 2
     assert items["lat-015"]["others"] is None and items["lat-015"]["single"] == []
     s = vp.anchored_summary(list(items.values()))
-    assert s["anchored_on_others"] == {"n": 3, "within": 3, "mdape": pytest.approx(0.0, abs=1e-4)}
+    assert s["anchored_on_others"] == {"n": 3, "within": 3, "mdape": pytest.approx(0.0, abs=1e-4),
+                                       "signed": pytest.approx(0.0, abs=1e-4)}
     assert s["zero_shot_all"]["n"] == 4 and s["single_anchor_pairs"]["n"] == 4
     # above concurrency 1: ix001's setting at 4 requests in flight, anchored on the concurrency-1 row of another
     # setting (ix008), comes back exactly; an unversioned row is left out
