@@ -1,7 +1,7 @@
 """``co-design predict CONFIG``: predicted serving performance of a model on a GPU deployment.
 
-``co-design anchor CONFIG --concurrency N --tpot-ms MS --out FILE``: the runtime's overheads scaled
-to a TPOT measured on your own runtime (:mod:`co_design.perf.anchor`), for ``--runtime FILE``.
+``co-design anchor CONFIG --concurrency N [N ...] --tpot-ms MS [MS ...] --out FILE``: the runtime's overheads
+scaled to TPOTs measured on your own runtime (:mod:`co_design.perf.anchor`), for ``--runtime FILE``.
 
 ``co-design advise CONFIG``: the same prediction, every misaligned dimension with its cost, and
 the shapes within ± ``--budget-pct`` of its parameters that serve more tokens/s per GPU *and*
@@ -121,21 +121,25 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--json", action="store_true", help="print the written files and predicted figures as JSON")
     an = sub.add_parser("anchor", help="scale the runtime's overheads to a TPOT you measured; write a runtime file",
                         description="Scale the performance model's per-kernel, per-collective and host overheads "
-                                    "(co_design.perf.anchor_runtime) by one factor so it predicts the TPOT you "
-                                    "measured for CONFIG on your runtime at --concurrency, and write that runtime to "
+                                    "(co_design.perf.anchor_runtime) by one factor so it predicts the TPOTs you "
+                                    "measured for CONFIG on your runtime at each --concurrency (one, or a sweep "
+                                    "fitted together), and write that runtime to "
                                     "--out for `co-design predict --runtime FILE` and the search's "
                                     "deployment.runtime_file. The GPU's rates are not changed.")
     an.add_argument("config", metavar="CONFIG", help="HF config.json or project model YAML of the model you measured")
-    _deployment_args(an)
-    an.add_argument("--tpot-ms", type=float, required=True, metavar="MS",
-                    help="measured mean time per output token at --concurrency, ms (e.g. a benchmark's mean TPOT)")
+    _deployment_args(an, concurrency_help="requests in flight when each TPOT was measured, whole deployment "
+                                          "(e.g. 1, or a sweep: 1 4 16)")
+    an.add_argument("--tpot-ms", type=float, nargs="+", required=True, metavar="MS",
+                    help="measured mean time per output token at each --concurrency, ms, in the same order (e.g. a "
+                         "benchmark's mean TPOT); several are fitted together (least squares of the log error)")
     an.add_argument("--out", metavar="FILE", default=None, help="write the anchored runtime to this JSON file")
     an.add_argument("--json", action="store_true", help="print one JSON object instead of the summary")
     return p
 
 
-def _deployment_args(sp: argparse.ArgumentParser) -> None:
-    """The deployment and SLO flags of ``advise`` and ``export`` (as ``predict`` spells them)."""
+def _deployment_args(sp: argparse.ArgumentParser, *, concurrency_help: str | None = None) -> None:
+    """The deployment and SLO flags of ``advise``, ``export`` and ``anchor`` (as ``predict`` spells them);
+    ``concurrency_help``: ``--concurrency`` takes one or more values (``anchor``: one per measured TPOT)."""
     sp.add_argument("--hardware", default="b200", help="GPU name (default b200; see predict --list-hardware)")
     sp.add_argument("--gpus", type=int, default=None, help="GPUs in the deployment (default tp*pp)")
     sp.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks per replica (default 1)")
@@ -149,8 +153,11 @@ def _deployment_args(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--fp8-scaling", choices=FP8_SCALINGS, default="tensor", help=_FP8_SCALING_HELP)
     sp.add_argument("--isl", type=int, default=1024, help="input tokens per request (default 1024)")
     sp.add_argument("--osl", type=int, default=1024, help="output tokens per request (default 1024)")
-    sp.add_argument("--concurrency", type=int, default=None,
-                    help="requests in flight, whole deployment (default: the max-throughput batch)")
+    if concurrency_help:
+        sp.add_argument("--concurrency", type=int, nargs="+", default=None, metavar="N", help=concurrency_help)
+    else:
+        sp.add_argument("--concurrency", type=int, default=None,
+                        help="requests in flight, whole deployment (default: the max-throughput batch)")
     sp.add_argument("--runtime", metavar="FILE", default=None, help=_RUNTIME_HELP)
     slo = sp.add_argument_group("SLO (without --concurrency: the max-throughput batch that meets it)")
     slo.add_argument("--min-tokens-per-s-per-user", type=float, default=None, metavar="TOK_S", help="e.g. 50")
@@ -296,24 +303,32 @@ def _anchor(args: argparse.Namespace) -> int:
     from co_design.perf import TPOTMeasurement, anchor_runtime, predict
     from co_design.perf.anchor import ANCHORED_FIELDS
 
-    if not args.tpot_ms > 0:
-        return _fail(f"--tpot-ms must be > 0 (the measured time per output token, ms), got {args.tpot_ms:g}", "anchor")
     if args.concurrency is None:
         return _fail("--concurrency is required: the requests in flight when the TPOT was measured (e.g. 1)", "anchor")
+    if len(args.concurrency) != len(args.tpot_ms):
+        return _fail(f"--concurrency has {len(args.concurrency)} values and --tpot-ms {len(args.tpot_ms)}: give one "
+                     "measured TPOT per concurrency, in the same order", "anchor")
+    for tpot_ms in args.tpot_ms:
+        if not tpot_ms > 0:
+            return _fail(f"--tpot-ms must be > 0 (the measured time per output token, ms), got {tpot_ms:g}", "anchor")
     arch, code = _load_arch(args.config, "anchor")
     if arch is None:
         return code
     try:
-        gpu, dep, _ = _deployment_of(args)
-        before = predict(arch, gpu, dep).tpot_s
-        runtime, scale = anchor_runtime([TPOTMeasurement(arch, gpu, dep, args.tpot_ms / 1e3)], dep.runtime)
+        gpu, dep, _ = _deployment_of(argparse.Namespace(**vars(args) | {"concurrency": args.concurrency[0]}))
+        deps = [dep.replace(concurrency=c) for c in args.concurrency]
+        before = [predict(arch, gpu, d).tpot_s for d in deps]
+        runtime, scale = anchor_runtime([TPOTMeasurement(arch, gpu, d, ms / 1e3) for d, ms in zip(deps, args.tpot_ms)],
+                                        dep.runtime)
+        after = [predict(arch, gpu, d.replace(runtime=runtime)).tpot_s for d in deps]
     except ValueError as exc:
         return _fail(str(exc), "anchor")
-    where = f"{arch.name} on {gpu.name} x{dep.gpus} ({dep.label}) at concurrency {dep.concurrency}, ISL/OSL {dep.isl}/{dep.osl}"
+    where = f"{arch.name} on {gpu.name} x{dep.gpus} ({dep.label}), ISL/OSL {dep.isl}/{dep.osl}"
+    points = [{"concurrency": d.concurrency, "measured_tpot_ms": ms, "predicted_tpot_ms_before": b * 1e3,
+               "predicted_tpot_ms_after": a * 1e3} for d, ms, b, a in zip(deps, args.tpot_ms, before, after)]
     record = {"runtime": runtime.to_dict(),
               "anchor": {"model": arch.name, "gpu": gpu.name, "deployment": dep.label, "gpus": dep.gpus,
-                         "concurrency": dep.concurrency, "isl": dep.isl, "osl": dep.osl,
-                         "measured_tpot_ms": args.tpot_ms, "predicted_tpot_ms_before": before * 1e3,
+                         "isl": dep.isl, "osl": dep.osl, "measurements": points,
                          "scale": scale, "scaled_fields": list(ANCHORED_FIELDS)}}
     if args.out:
         try:
@@ -323,7 +338,11 @@ def _anchor(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(record | ({"out": args.out} if args.out else {}), indent=1))
         return 0
-    print(f"anchored on {where}: measured TPOT {args.tpot_ms:.3f} ms, predicted {before * 1e3:.3f} ms before")
+    print(f"anchored on {where}:")
+    print("  concurrency  measured TPOT ms  predicted before  predicted after")
+    for p in points:
+        print(f"  {p['concurrency']:>11}  {p['measured_tpot_ms']:>16.3f}  {p['predicted_tpot_ms_before']:>16.3f}  "
+              f"{p['predicted_tpot_ms_after']:>15.3f}")
     print(f"overheads scaled {scale:.3f}x:")
     for f in ANCHORED_FIELDS:
         print(f"  {f}: {getattr(dep.runtime, f):.3g} -> {getattr(runtime, f):.3g} s")

@@ -358,10 +358,12 @@ def test_anchor_writes_a_runtime_that_predict_and_advise_read(config, capsys, tm
     rt = tmp_path / "runtime.json"
     assert main(["anchor", config, *fp8, "--tpot-ms", f"{0.8 * before}", "--out", str(rt)]) == 0
     out = capsys.readouterr().out
-    assert f"measured TPOT {0.8 * before:.3f} ms, predicted {before:.3f} ms before" in out
+    assert f"{1:>11}  {0.8 * before:>16.3f}  {before:>16.3f}  {0.8 * before:>15.3f}" in out  # met exactly
     assert f"--runtime {rt}" in out and f"deployment.runtime_file={rt}" in out
     record = json.loads(rt.read_text())
-    assert record["anchor"]["measured_tpot_ms"] == pytest.approx(0.8 * before) and record["anchor"]["scale"] < 1
+    (point,) = record["anchor"]["measurements"]
+    assert point["measured_tpot_ms"] == pytest.approx(0.8 * before) and record["anchor"]["scale"] < 1
+    assert point["predicted_tpot_ms_after"] == pytest.approx(0.8 * before, rel=1e-6)
     assert main(["predict", config, *fp8, "--json", "--no-advice", "--runtime", str(rt)]) == 0
     assert json.loads(capsys.readouterr().out)["tpot_ms"] == pytest.approx(0.8 * before, rel=1e-6)
     assert main(["predict", config, *fp8, "--no-advice", "--runtime", str(rt)]) == 0
@@ -375,8 +377,31 @@ def test_anchor_writes_a_runtime_that_predict_and_advise_read(config, capsys, tm
     assert json.loads(capsys.readouterr().out)["anchor"]["scale"] > 1
 
 
+def test_anchor_fits_a_concurrency_sweep_as_the_library_does(config, capsys):
+    from co_design.arch import Architecture
+    from co_design.perf import Deployment, Runtime, TPOTMeasurement, anchor_runtime, predict
+
+    fp8 = ["--hardware", "h200", "--weights", "fp8", "--activations", "fp8"]
+    arch = Architecture.load(config)
+    dep = Deployment(weights="fp8", activations="fp8", concurrency=1)
+    # TPOTs of a runtime 0.6x as slow at 1 request and 0.9x at 16: no one factor meets both
+    tpot = {c: predict(arch, "h200", dep.replace(concurrency=c)).tpot_s * f * 1e3 for c, f in ((1, 0.6), (16, 0.9))}
+    assert main(["anchor", config, *fp8, "--concurrency", "1", "16", "--tpot-ms", *map(str, tpot.values()),
+                 "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    _, scale = anchor_runtime([TPOTMeasurement(arch, "h200", dep.replace(concurrency=c), ms / 1e3)
+                               for c, ms in tpot.items()], Runtime())
+    assert record["anchor"]["scale"] == pytest.approx(scale, rel=1e-9)
+    assert [p["concurrency"] for p in record["anchor"]["measurements"]] == [1, 16]
+    # least squares of the log error: between the two, each point missed in opposite directions
+    low, high = record["anchor"]["measurements"]
+    assert low["predicted_tpot_ms_after"] > low["measured_tpot_ms"]
+    assert high["predicted_tpot_ms_after"] < high["measured_tpot_ms"]
+
+
 @pytest.mark.parametrize("flags, fragment", [
     (["--concurrency", "1", "--tpot-ms", "0"], "--tpot-ms must be > 0"),
+    (["--concurrency", "1", "4", "--tpot-ms", "5"], "--concurrency has 2 values and --tpot-ms 1"),
     (["--tpot-ms", "5"], "--concurrency is required"),
     (["--concurrency", "1", "--tpot-ms", "1e-4"], "with no runtime overheads at all"),
     (["--concurrency", "1", "--tpot-ms", "5", "--runtime", "missing.json"], "cannot read runtime file 'missing.json'"),
