@@ -829,8 +829,8 @@ def runtime_version(row: dict[str, Any]) -> str | None:
 
 
 def row_measurement(row: dict[str, Any], runtime: Runtime) -> TPOTMeasurement:
-    """The :class:`TPOTMeasurement` of a concurrency-1 TPOT row, on the deployment :func:`predict_row` picks for
-    it (the row's stated mapping; the faster reading of an unstated one) under ``runtime``."""
+    """The :class:`TPOTMeasurement` of a TPOT row at its concurrency, on the deployment :func:`predict_row` picks
+    for it (the row's stated mapping; the faster reading of an unstated one) under ``runtime``."""
     arch = arch_of(row)
     deps, _ = deployments_of(row, arch, runtime)
     label = predict_row(row, runtime).get("mapping")
@@ -907,6 +907,43 @@ def anchored_above_c1(rows: list[dict[str, Any]], runtime: Runtime) -> list[dict
     return out
 
 
+def sweep_anchored(rows: list[dict[str, Any]], runtime: Runtime) -> list[dict[str, Any]]:
+    """Anchoring on a concurrency sweep, as a team benchmarks the model it serves: for each setting
+    (:func:`setting_of`) of a runtime version with TPOT rows at concurrency 1 and at least one other concurrency,
+    the version's TPOT rows on other settings (every concurrency) predicted after anchoring ``runtime`` on the
+    setting's concurrency-1 rows alone and on all of its rows. One item per (setting, target row):
+    ``{"anchor", "n_c1", "n_sweep", "id", "concurrency", "measured_ms", "c1_ms", "c1_scale", "sweep_ms",
+    "sweep_scale"}``; a target the model cannot fit is left out."""
+    tpot = [r for r in rows if (r.get("concurrency") or 0) >= 1 and not r.get("speculative_decoding")
+            and r.get("isl") and r.get("osl") and (latency_target(r) or ("", 0.0))[0] == "tpot_ms"
+            and runtime_version(r) and predict_row(r, runtime).get("mapping")]
+    meas = {r["id"]: row_measurement(r, runtime) for r in tpot}
+    groups: dict[tuple[str, tuple], list[dict[str, Any]]] = {}
+    for r in tpot:
+        groups.setdefault((runtime_version(r), setting_of(r)), []).append(r)
+    out = []
+    for (version, setting), group in groups.items():
+        c1 = [r for r in group if r["concurrency"] == 1]
+        if not c1 or len({r["concurrency"] for r in group}) < 2:
+            continue
+        targets = [t for t in tpot if runtime_version(t) == version and setting_of(t) != setting]
+        if not targets:
+            continue
+        (rt1, s1), (rts, ss) = (anchor_runtime([meas[a["id"]] for a in anchors], runtime) for anchors in (c1, group))
+        label = f"{group[0]['model']} {group[0]['hardware']} x{group[0]['num_gpus']} " \
+                f"{meas[c1[0]['id']].deployment.label} ({version})"
+        for t in targets:
+            m = meas[t["id"]]
+
+            def tpot_ms(rt: Runtime) -> float:
+                return predict(m.arch, m.gpu, m.deployment.replace(runtime=rt)).tpot_s * 1e3
+
+            out.append({"anchor": label, "n_c1": len(c1), "n_sweep": len(group), "id": t["id"],
+                        "concurrency": t["concurrency"], "measured_ms": m.tpot_s * 1e3, "c1_ms": tpot_ms(rt1),
+                        "c1_scale": s1, "sweep_ms": tpot_ms(rts), "sweep_scale": ss})
+    return out
+
+
 def target_cell(pairs: list[tuple[float | None, float | None]]) -> dict[str, Any]:
     """Of (predicted, measured) pairs with both known: how many, how many within :data:`TPOT_TARGET`, MdAPE and
     median signed error (%; None without pairs)."""
@@ -934,6 +971,11 @@ def anchored_report(test: list[dict[str, Any]], dev: list[dict[str, Any]], out: 
     res = {"test": anchored_errors(test, runtime), "dev": anchored_errors(dev, runtime)}
     summary = {k: anchored_summary(v) for k, v in res.items()}
     loaded = anchored_above_c1(test, runtime)
+    sweeps = {k: sweep_anchored(v, runtime) for k, v in (("test", test), ("dev", dev))}
+    summary["sweep"] = {k: {f"{band}_{how}": target_cell([(i[f"{how}_ms"], i["measured_ms"]) for i in v
+                                                          if (i["concurrency"] == 1) == (band == "c1")])
+                            for band in ("c1", "above_c1") for how in ("c1", "sweep")}
+                        for k, v in sweeps.items()}
     summary["test_above_concurrency_1"] = {
         "tpot_zero_shot": target_cell([(i["zero_shot_ms"], i["measured_ms"]) for i in loaded]),
         "tpot_anchored": target_cell([(i["anchored_ms"], i["measured_ms"]) for i in loaded]),
@@ -1003,9 +1045,33 @@ def anchored_report(test: list[dict[str, Any]], dev: list[dict[str, Any]], out: 
                  f"{m:.2f} | {e(i['zero_shot_ms'], m)} | {e(i['anchored_ms'], m)} ({i['scale']:.2f}) | "
                  + (f"{mg:.1f}" if mg else "-") + f" | {e(i['zero_shot_per_gpu'], mg)} | {e(i['anchored_per_gpu'], mg)} |")
     L.append("")
+    L += ["## Anchored on a concurrency sweep", "",
+          "A team benchmarks the model it serves at a few concurrencies. For each setting of a runtime version "
+          "measured at concurrency 1 and at least one other concurrency, the version's TPOT rows on the other "
+          "settings (every concurrency) are predicted after anchoring on the setting's concurrency-1 rows alone "
+          "and on all of its rows (`co-design anchor --concurrency 1 4 16 --tpot-ms ...`). One line per "
+          "(anchor setting, target row) pair.", "",
+          "| rows | targets | anchored on concurrency 1 | anchored on the sweep |", "|---|---|---|---|"]
+    for name in ("test", "dev"):
+        sw = summary["sweep"][name]
+        above = [i["concurrency"] for i in sweeps[name] if i["concurrency"] > 1]
+        for band, what in (("c1", "concurrency 1"),
+                           ("above_c1", f"concurrency {min(above, default=0)}-{max(above, default=0)}")):
+            L.append(f"| {name} | {what} | {signed(sw[f'{band}_c1'])} | {signed(sw[f'{band}_sweep'])} |")
+    L += ["", "| anchor setting | concurrency-1 rows | sweep rows | scale on concurrency 1 | scale on the sweep |",
+          "|---|---:|---:|---:|---:|"]
+    for name in ("test", "dev"):
+        seen = {}
+        for i in sweeps[name]:
+            seen.setdefault(i["anchor"], i)
+        for label, i in seen.items():
+            L.append(f"| {label}{' (dev)' if name == 'dev' else ''} | {i['n_c1']} | {i['n_sweep']} | "
+                     f"{i['c1_scale']:.2f} | {i['sweep_scale']:.2f} |")
+    L.append("")
     out.mkdir(parents=True, exist_ok=True)
     (out / "anchored.md").write_text("\n".join(L) + "\n")
-    (out / "anchored.json").write_text(json.dumps({"summary": summary, "rows": res, "test_above_concurrency_1": loaded},
+    (out / "anchored.json").write_text(json.dumps({"summary": summary, "rows": res, "test_above_concurrency_1": loaded,
+                                                   "sweep": sweeps},
                                                   indent=1) + "\n")
     print("\n".join(L))
     return summary

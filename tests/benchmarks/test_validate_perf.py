@@ -363,3 +363,29 @@ def test_anchored_errors_recover_a_runtime_from_another_setting():
     assert [i["id"] for i in out] == ["c4"] and out[0]["scale"] == pytest.approx(0.5, rel=1e-6)
     assert out[0]["anchored_ms"] == pytest.approx(out[0]["measured_ms"], rel=1e-6)
     assert out[0]["zero_shot_ms"] > 1.05 * out[0]["measured_ms"]
+
+
+def test_sweep_anchored_anchors_on_a_settings_concurrency_sweep_and_predicts_the_other_settings():
+    # ix001's setting measured at 1 and 4 requests in flight, ix008's at 1, every TPOT what the model predicts
+    # under half the fitted overheads: the sweep and its concurrency-1 row both give back that runtime exactly
+    from co_design.perf import Runtime, predict
+    from co_design.perf.anchor import scaled_runtime
+
+    rows = {r["id"]: r for r in json.loads(vp.TEST_DATA.read_text())}
+    half = scaled_runtime(Runtime(), 0.5)
+    synth = []
+    for id_, conc in (("lat-ix001", 1), ("lat-ix001", 4), ("lat-ix008", 1)):
+        r = json.loads(json.dumps(rows[id_]))
+        r.update(id=f"{id_}@{conc}", concurrency=conc)
+        m = vp.row_measurement(r, Runtime())
+        r["metrics"] = {"tpot_ms": predict(m.arch, m.gpu, m.deployment.replace(runtime=half)).tpot_s * 1e3}
+        synth.append(r)
+    unversioned = json.loads(json.dumps(rows["lat-015"]))
+    items = vp.sweep_anchored(synth + [unversioned], Runtime())
+    # only ix001's setting has a sweep; its one target is ix008's row (ix008 has no sweep, lat-015 no version)
+    assert [(i["id"], i["n_c1"], i["n_sweep"]) for i in items] == [("lat-ix008@1", 1, 2)]
+    i = items[0]
+    assert i["anchor"] == "DeepSeek-R1-0528 B200 x8 TP8 (SGLang 0.5.12)"
+    for how in ("c1", "sweep"):
+        assert i[f"{how}_scale"] == pytest.approx(0.5, rel=1e-6)
+        assert i[f"{how}_ms"] == pytest.approx(i["measured_ms"], rel=1e-6)
