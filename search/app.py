@@ -308,7 +308,8 @@ def _plots(study: optuna.Study, names: list[str], run_dir: Path, summary: dict[s
 
 
 def main_entry(cfg: Any) -> int:
-    """Hydra entry: run in Hydra's run dir; exit status 2 for configuration errors, 1 for any other.
+    """Hydra entry: run in ``output_dir`` if set, else Hydra's run dir; exit status 2 for configuration errors,
+    1 for any other.
 
     Secrets stay out of what Hydra wrote and printed: its ``.hydra/*.yaml`` are rewritten
     redacted before anything else, and an error is reported here (redacted, one line;
@@ -321,7 +322,8 @@ def main_entry(cfg: Any) -> int:
         hydra_cfg = HydraConfig.get()
     except ValueError:
         hydra_cfg = None
-    run_dir = hydra_cfg.runtime.output_dir if hydra_cfg is not None else None
+    # output_dir=..., when given, is the run dir; else Hydra's (hydra.run.dir, outputs/<study_name>)
+    run_dir = cfg.get("output_dir") or (hydra_cfg.runtime.output_dir if hydra_cfg is not None else None)
     if hydra_cfg is not None:
         redact_files(hydra_files(hydra_cfg))
     try:

@@ -380,7 +380,7 @@ class SearchConfig:
     storage: Optional[str] = None  # Optuna storage URL; None: journal file in the run dir
     seed: int = 0
     quiet: bool = False  # no progress bars (they are shown only when stdout is a terminal anyway)
-    output_dir: Optional[str] = None  # default: Hydra's run dir
+    output_dir: Optional[str] = None  # the run dir (study journal, results); default: Hydra's run dir, outputs/<study_name>
     plots: bool = True
     recipe: Optional[str] = None  # name of the selected recipe (set by recipes/experiment/*.yaml), informative
     # auto: enumerate the whole space (the exact front) when no objective needs training, else sample;

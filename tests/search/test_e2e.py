@@ -287,6 +287,12 @@ def test_cli_same_command_resumes(tmp_path):
     assert second.returncode == 0, second.stderr[-3000:]
     assert "resuming study 'cli': 3 finished trial(s) of n_trials=3; running 0 more" in second.stdout
     assert "Pareto front of 'cli'" in second.stdout
+    # output_dir=DIR moves the run dir (the study, its results) there: a new study, not the one above
+    moved = subprocess.run([*cmd, f"output_dir={tmp_path / 'elsewhere'}"], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=180)
+    assert moved.returncode == 0, moved.stderr[-3000:]
+    assert "new study 'cli'" in moved.stdout
+    assert (tmp_path / "elsewhere" / "study.journal").is_file() and (tmp_path / "elsewhere" / "pareto.csv").is_file()
 
 
 @pytest.mark.parametrize("sampler", ["tpe", "nsga2", "nsga3", "gp", "random"])
