@@ -12,7 +12,8 @@ how often they occur (q = P / ISL prompts start per iteration);
 for an MoE a decode-only step touches far fewer experts than one carrying a
 prompt. When prompts arrive faster than one piece per iteration, every iteration
 carries ``P`` tokens; when ``B + P`` exceeds the budget, every iteration runs as
-several passes, re-reading the weights. Decoding sequences hold on average
+several passes, re-reading the weights: full passes of the budget and one with the
+rest, decode and prompt tokens in the same proportion in each. Decoding sequences hold on average
 ``ISL + OSL/2`` cached tokens. With ``pp`` stages the batch splits into ``pp``
 micro-batches in flight.
 
@@ -103,10 +104,16 @@ def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica
     context = dep.isl + dep.osl / 2
     # (weight, step kwargs) of the iteration kinds of the steady state
     if mb + prompt > budget:
-        # overloaded: every iteration is full and runs as `chunks` passes, prompt tokens spread evenly
-        chunks = math.ceil((mb + prompt) / budget - 1e-9)
-        kinds = [(float(chunks), dict(decode=mb / chunks, context=context, prefill_tokens=prompt / chunks,
-                                      prefill_len=dep.isl))]
+        # overloaded: every iteration carries more tokens than the budget and runs as `chunks` passes, filled as a
+        # runtime fills its budget: chunks - 1 full passes and one with the rest, decode and prompt tokens in the
+        # same proportion in each. (Equal passes shrank every pass's tokens per expert when one more pass was
+        # needed, and with them the grouped GEMMs' padded tiles: more tokens per iteration, a shorter TPOT.)
+        total = mb + prompt
+        chunks = math.ceil(total / budget - 1e-9)
+        full, rest = min(total, budget), total - (chunks - 1) * budget
+        kinds = [(float(n), dict(decode=tokens * mb / total, context=context, prefill_tokens=tokens * prompt / total,
+                                 prefill_len=dep.isl))
+                 for n, tokens in ((chunks - 1, full), (1, rest)) if n > 0 and tokens > 0]
     else:
         # Prompts ride in the iterations they are admitted in: a prompt, or a chunk of one when it exceeds the
         # room the decode tokens leave, goes whole into one iteration; the other iterations decode only

@@ -234,7 +234,7 @@ def test_the_op_table_and_the_fast_path_agree(setup, decode, context, prefill):
         assert sum(o.time_s for o in rows if o.bound == bound) == pytest.approx(seconds, rel=1e-9, abs=1e-15)
 
 
-# --------------------------------------------------------------------------- known counterexamples (model bugs)
+# --------------------------------------------------------------------------- counterexamples found (regressions)
 LLAMA_8B = Architecture(hidden=4096, layers=32, heads=32, kv_heads=8, ffn=14336, vocab=128256, name="llama-8b")
 TINY_MOE = Architecture(hidden=256, layers=1, heads=2, kv_heads=1, head_dim=64, ffn=256, vocab=1000, gated_ffn=False,
                         experts=127, experts_per_token=1, expert_ffn=128, name="tiny-moe")
@@ -252,17 +252,16 @@ def test_a_prompt_one_token_past_the_budget_costs_a_full_chunk_and_one_token():
     assert predict(LLAMA_8B, "b200", dep.replace(isl=8185)).tpot_s >= predict(LLAMA_8B, "b200", dep).tpot_s
 
 
-@pytest.mark.xfail(strict=True, reason="model bug, see each case: TPOT falls although the step gets more work")
 @pytest.mark.parametrize("arch, gpu, dep, more", [
-    # Overloaded iterations run as ceil(tokens / budget) equal passes, and the grouped expert GEMM pads the
-    # *mean* tokens per expert to whole 128-row tiles: at 65 -> 66 passes the mean falls from 129 to 128
-    # tokens per expert, experts_gate_up halves, TPOT drops 1.7 % (ISL 5052 -> 5058). Tokens per expert are
-    # spread (binomial), so the expected padding is smooth in the mean, not a step.
+    # Overloaded iterations once ran as ceil(tokens / budget) *equal* passes, and the grouped expert GEMM pads the
+    # tokens per expert to whole 128-row tiles: at 65 -> 66 passes the tokens per expert fell from 129 to 128,
+    # experts_gate_up halved and TPOT dropped 1.7 % (ISL 5052 -> 5058). A runtime fills its budget: full passes
+    # and one with the rest, so one more pass adds tiles and takes none away.
     (TINY_MOE, "h100", ADP2.replace(isl=5052, osl=2, concurrency=421), dict(isl=5058)),
-    # the same step with more requests in flight: TPOT drops 2.2 % from 1978 to 1981 requests
+    # the same step with more requests in flight: TPOT dropped 2.2 % from 1978 to 1981 requests
     (TINY_MOE, "h100", ADP2.replace(isl=2000, osl=2, concurrency=1978), dict(concurrency=1981)),
 ])
-def test_more_work_never_shortens_tpot_known_counterexamples(arch, gpu, dep, more):
+def test_one_more_pass_of_an_overloaded_iteration_never_shortens_tpot(arch, gpu, dep, more):
     assert predict(arch, gpu, dep.replace(**more)).tpot_s >= predict(arch, gpu, dep).tpot_s
 
 
