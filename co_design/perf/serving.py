@@ -13,8 +13,8 @@ for an MoE a decode-only step touches far fewer experts than one carrying a
 prompt. When prompts arrive faster than one piece per iteration, every iteration
 carries ``P`` tokens; when ``B + P`` exceeds the budget, every iteration runs as
 several passes, re-reading the weights: full passes of the budget and one with the
-rest, decode and prompt tokens in the same proportion in each. Decoding sequences hold on average
-``ISL + OSL/2`` cached tokens. With ``pp`` stages the batch splits into ``pp``
+rest, decode and prompt tokens in the same proportion in each. Decoding sequences
+hold on average ``ISL + OSL/2`` cached tokens. With ``pp`` stages the batch splits into ``pp``
 micro-batches in flight.
 
 * TPOT = pp × (stage time of one micro-batch's iteration) + host overhead. Host time adds to the
