@@ -156,20 +156,32 @@ def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica
     if with_ttft:
         # tokens per iteration left for the prompt (C): the budget minus one decode token for each *other*
         # request on the prompt's scheduler -- ceil(mb / a_dp) requests there, the new one among them and
-        # not yet decoding. A prompt of P tokens then takes ceil(P / C) iterations (P = C: 1, P = C + 1: 2).
+        # not yet decoding. A prompt of P tokens then takes ceil(P / C) iterations (P = C: 1, P = C + 1: 2), as a
+        # runtime fills its budget: full chunks of C and one with the rest (equal chunks shrank every chunk's
+        # tokens per expert, and its padded expert tiles, when one more chunk was needed: a longer prompt could
+        # come out with a shorter TTFT).
         others = max(0, math.ceil(mb / s.a_dp - 1e-9) - 1)
         budget = max(_MIN_CONTEXT_CHUNK, rt.max_num_tokens - others)
         n_pf = math.ceil(dep.isl / budget)
-        chunk = dep.isl / n_pf
-        pkw = dict(decode=max(0.0, mb - 1), context=dep.isl + dep.osl / 2, prefill_tokens=chunk, prefill_len=dep.isl)
-        if with_ops:
-            pf_ops = step_ops(arch, gpu, dep, phase="prefill", prompt_on_one_rank=True, eager=True, **pkw)
-            pf_s = sum(o.time_s for o in pf_ops)
-        else:
-            pf_s = sum(step_time(arch, gpu, dep, prompt_on_one_rank=True, eager=True, **pkw).values())
-        ttft = (n_pf * (dep.pp * pf_s + rt.iteration_overhead_s + rt.request_overhead_s * b / s.a_dp)
+        pieces = [(n, tokens) for n, tokens in ((n_pf - 1, budget), (1, dep.isl - (n_pf - 1) * budget)) if n > 0]
+        pf_s = 0.0
+        for n, tokens in pieces:
+            pkw = dict(decode=max(0.0, mb - 1), context=dep.isl + dep.osl / 2, prefill_tokens=float(tokens),
+                       prefill_len=dep.isl)
+            if with_ops:
+                part = step_ops(arch, gpu, dep, phase="prefill", prompt_on_one_rank=True, eager=True, **pkw)
+                pf_s += n * sum(o.time_s for o in part)
+                part = _scaled(part, n)
+                if [o.name for o in part] == [o.name for o in pf_ops]:  # the same ops in the same order: one row
+                    part = [dataclasses.replace(a, count=a.count + c.count, time_s=a.time_s + c.time_s,
+                                                flops=a.flops + c.flops, bytes=a.bytes + c.bytes)
+                            for a, c in zip(pf_ops, part)]  # per op, summed over the chunks
+                    pf_ops = []
+                pf_ops += part
+            else:
+                pf_s += n * sum(step_time(arch, gpu, dep, prompt_on_one_rank=True, eager=True, **pkw).values())
+        ttft = (dep.pp * pf_s + n_pf * (rt.iteration_overhead_s + rt.request_overhead_s * b / s.a_dp)
                 + rt.first_token_overhead_s)
-        pf_ops = _scaled(pf_ops, n_pf)
     notes: list[str] = []
     if arch.mla is None and attention_head_dim(arch.head_dim, gpu) != arch.head_dim:
         d = attention_head_dim(arch.head_dim, gpu)

@@ -265,6 +265,25 @@ def test_one_more_pass_of_an_overloaded_iteration_never_shortens_tpot(arch, gpu,
     assert predict(arch, gpu, dep.replace(**more)).tpot_s >= predict(arch, gpu, dep).tpot_s
 
 
+# found by a randomized run of the properties above (40x their examples): a prompt longer than the budget ran as
+# equal chunks, so one more chunk shrank every chunk's tokens per expert and their padded expert tiles
+_BF16 = dict(weights="bf16", activations="bf16", kv_cache="bf16")
+
+
+@pytest.mark.parametrize("arch, dep, more", [
+    # ISL 10524 -> 12729 beside 1828 decoding requests (budget 6364): 2 chunks of 5262 -> 3 of 4243 (TTFT -0.03 %)
+    (Architecture(hidden=6208, layers=32, heads=1, kv_heads=1, head_dim=64, ffn=256, vocab=1000, gated_ffn=False,
+                  experts=143, experts_per_token=3, expert_ffn=1920),
+     Deployment(gpus=2, isl=10524, osl=1, concurrency=3657, **_BF16), dict(isl=12729)),
+    # 2 -> 509 requests with a 30737-token prompt: 4 chunks of 7684 -> 5 of 6147 (TTFT -0.02 %)
+    (Architecture(hidden=6720, layers=41, heads=1, kv_heads=1, head_dim=64, ffn=256, vocab=1000, gated_ffn=False,
+                  experts=208, experts_per_token=4, expert_ffn=128, sliding_window=128),
+     Deployment(isl=30737, osl=1, concurrency=2, **_BF16), dict(concurrency=509)),
+])
+def test_one_more_prompt_chunk_never_shortens_ttft(arch, dep, more):
+    assert predict(arch, "h100", dep.replace(**more)).ttft_s >= predict(arch, "h100", dep).ttft_s
+
+
 def test_a_rank_with_over_a_thousand_experts_does_not_overflow():
     # ops.busiest_rank_experts once built the binomial pmf from math.comb(n, j) as a float, which overflowed
     # once a rank held more than ~1030 experts (here 2060 / ep 2); it works in log space now

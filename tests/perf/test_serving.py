@@ -450,18 +450,19 @@ def test_ttft_takes_ceil_prompt_over_budget_iterations(tp, attention_dp, concurr
     p = predict(SMALL, "b200", d)
     prefill = {o.name: o for o in p.ops if o.phase == "prefill"}
     assert prefill["lm_head"].count == iterations  # one per prefill iteration
-    # each iteration carries an equal chunk of the prompt beside the other requests' decode tokens
-    # (whole replica; under attention-DP the chunk sits on one rank, the decode tokens spread over tp)
+    # the iterations carry full chunks of C prompt tokens and one with the rest, as a runtime fills its budget,
+    # beside the other requests' decode tokens (whole replica; under attention-DP the chunk sits on one rank,
+    # the decode tokens spread over tp); the table's row has the first chunk's shape
     others = concurrency - 1
-    chunk_rows = prompt / iterations + others / (tp if attention_dp else 1)
-    assert prefill["qkv_proj"].shape[0] == math.ceil(chunk_rows)
-    # TTFT = iterations x (one such iteration, outside a CUDA graph, + the host's per-iteration and per-request
-    # time) + the request's time off the GPU
-    step = sum(step_time(SMALL, get_gpu("b200"), d, decode=others, context=prompt + 32,
-                         prefill_tokens=prompt / iterations, prefill_len=prompt, prompt_on_one_rank=True,
-                         eager=True).values())
+    budget = 1024 - (on_rank - 1)
+    chunks = [budget] * (iterations - 1) + [prompt - (iterations - 1) * budget]
+    assert prefill["qkv_proj"].shape[0] == math.ceil(chunks[0] + others / (tp if attention_dp else 1))
+    # TTFT = the iterations (outside a CUDA graph) + the host's per-iteration and per-request time for each + the
+    # request's time off the GPU
+    steps = [sum(step_time(SMALL, get_gpu("b200"), d, decode=others, context=prompt + 32, prefill_tokens=chunk,
+                           prefill_len=prompt, prompt_on_one_rank=True, eager=True).values()) for chunk in chunks]
     host = rt.iteration_overhead_s + rt.request_overhead_s * concurrency / (tp if attention_dp else 1)
-    assert p.ttft_s == pytest.approx(iterations * (step + host) + rt.first_token_overhead_s)
+    assert p.ttft_s == pytest.approx(sum(steps) + iterations * host + rt.first_token_overhead_s)
 
 
 def test_fused_runtime_pays_no_launch_for_fused_work():
