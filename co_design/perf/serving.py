@@ -24,10 +24,11 @@ micro-batches in flight.
 * output tokens/s per user = 1 / TPOT; per GPU = replicas · B / TPOT / gpus
 * TTFT = the iterations that carry a new prompt, plus ``Runtime.first_token_overhead_s``
   off the GPU (request handling, tokenization, the first token's way back): a prompt of
-  P tokens takes ceil(P / C) iterations, C = ``max_num_tokens`` minus the decode tokens
-  of the *other* requests scheduled beside it (the new request itself is not decoding
-  yet); under attention-DP the prompt sits on one attention rank and C is that rank's
-  budget. Those iterations run outside a CUDA graph, each kernel at least
+  P tokens takes ceil(P / C) iterations, full chunks of C and one with the rest, C =
+  ``max_num_tokens`` minus the decode tokens of the *other* requests scheduled beside it
+  (the new request itself is not decoding yet); under attention-DP the prompt sits on one
+  attention rank, C is that rank's budget and the others' decode tokens are spread over
+  the ranks. Those iterations run outside a CUDA graph, each kernel at least
   ``Runtime.eager_launch_s`` of host launch. The steady-state mix above keeps its prompt
   iterations at graph speed: with many requests in flight their GPU time dominates.
   Queueing before admission is not modelled.
@@ -154,15 +155,16 @@ def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica
     ttft = float("nan")
     pf_ops: list[OpCost] = []
     if with_ttft:
-        # tokens per iteration left for the prompt (C): the budget minus one decode token for each *other*
-        # request on the prompt's scheduler -- ceil(mb / a_dp) requests there, the new one among them and
-        # not yet decoding. A prompt of P tokens then takes ceil(P / C) iterations (P = C: 1, P = C + 1: 2), as a
-        # runtime fills its budget: full chunks of C and one with the rest (equal chunks shrank every chunk's
-        # tokens per expert, and its padded expert tiles, when one more chunk was needed: a longer prompt could
-        # come out with a shorter TTFT).
-        others = max(0, math.ceil(mb / s.a_dp - 1e-9) - 1)
+        # tokens per iteration left for the prompt (C): the budget minus the decode tokens beside it on the
+        # prompt's scheduler -- the mb - 1 *other* requests (the new one is not decoding yet), spread over the
+        # attention-DP ranks as the step spreads them, so a full chunk and its decode tokens fill the budget
+        # exactly. A prompt of P tokens then takes ceil(P / C) iterations (P = C: 1, P = C + 1: 2), as a runtime
+        # fills its budget: full chunks of C and one with the rest (equal chunks shrank every chunk's tokens per
+        # expert, and its padded expert tiles, when one more chunk was needed: a longer prompt could come out
+        # with a shorter TTFT).
+        others = max(0.0, (mb - 1) / s.a_dp)
         budget = max(_MIN_CONTEXT_CHUNK, rt.max_num_tokens - others)
-        n_pf = math.ceil(dep.isl / budget)
+        n_pf = math.ceil(dep.isl / budget - 1e-9)
         pieces = [(n, tokens) for n, tokens in ((n_pf - 1, budget), (1, dep.isl - (n_pf - 1) * budget)) if n > 0]
         pf_s = 0.0
         for n, tokens in pieces:

@@ -285,6 +285,13 @@ _BF16 = dict(weights="bf16", activations="bf16", kv_cache="bf16")
     (Architecture(hidden=6720, layers=41, heads=1, kv_heads=1, head_dim=64, ffn=256, vocab=1000, gated_ffn=False,
                   experts=208, experts_per_token=4, expert_ffn=128, sliding_window=128),
      Deployment(isl=30737, osl=1, concurrency=2, **_BF16), dict(concurrency=509)),
+    # 2 -> 3 requests under attention-DP over 2 ranks, ISL 8193: the budget counted the prompt rank's integer
+    # share of the others (0, then 1) while its step carried their average (0.5, then 1): 8192 + 0.5 rows padded
+    # to one more tile than 8191 + 1 (TTFT -0.003 %)
+    (Architecture(hidden=5440, layers=2, heads=17, kv_heads=1, head_dim=64, ffn=256, vocab=1000, gated_ffn=False,
+                  experts=2, experts_per_token=1, expert_ffn=128,
+                  mla=MLA(kv_lora_rank=128, qk_nope_head_dim=64, qk_rope_head_dim=32, v_head_dim=64, q_lora_rank=0)),
+     Deployment(gpus=2, tp=2, attention_dp=True, isl=8193, osl=1, concurrency=2, **_BF16), dict(concurrency=3)),
 ])
 def test_one_more_prompt_chunk_never_shortens_ttft(arch, dep, more):
     assert predict(arch, "h100", dep.replace(**more)).ttft_s >= predict(arch, "h100", dep).ttft_s

@@ -428,8 +428,9 @@ def test_concurrency_beyond_runtime_max_batch_is_flagged():
 
 # ------------------------------------------------------------------ TTFT: chunked prefill iterations
 @pytest.mark.parametrize("tp, attention_dp, concurrency, prompt, iterations", [
-    # C = max_num_tokens (1024) minus one decode token per *other* request on the prompt's scheduler;
-    # a prompt of P tokens takes ceil(P / C) iterations, worked out here by hand:
+    # C = max_num_tokens (1024) minus the decode tokens of the *other* requests on the prompt's scheduler
+    # (under attention-DP, (concurrency - 1) / tp of them); a prompt of P tokens takes ceil(P / C) iterations,
+    # worked out here by hand:
     (1, False, 1, 1023, 1),  # alone, C = 1024: P < C
     (1, False, 1, 1024, 1),  # P = C: one iteration (the new request is not yet decoding)
     (1, False, 1, 1025, 2),  # P = C + 1
@@ -437,14 +438,14 @@ def test_concurrency_beyond_runtime_max_batch_is_flagged():
     (1, False, 1, 2049, 3),  # P = 2C + 1
     (1, False, 5, 1020, 1),  # 4 others decode beside it: C = 1020, P = C
     (1, False, 5, 1021, 2),  # P = C + 1
-    (2, True, 5, 1022, 1),  # attention-DP over 2 ranks: ceil(5/2) = 3 on the prompt's rank, 2 others: C = 1022
+    (2, True, 5, 1022, 1),  # attention-DP over 2 ranks: 4 others, 2 of their decode tokens per rank: C = 1022
     (2, True, 5, 1023, 2),  # P = C + 1
 ])
 def test_ttft_takes_ceil_prompt_over_budget_iterations(tp, attention_dp, concurrency, prompt, iterations):
     from co_design.perf.ops import step_time
 
-    on_rank = math.ceil(concurrency / tp) if attention_dp else concurrency  # requests on the prompt's scheduler
-    assert iterations == math.ceil(prompt / (1024 - (on_rank - 1)))  # the table above, by the rule
+    beside = (concurrency - 1) / (tp if attention_dp else 1)  # decode tokens on the prompt's scheduler
+    assert iterations == math.ceil(prompt / (1024 - beside))  # the table above, by the rule
     rt = Runtime(max_num_tokens=1024)
     d = Deployment(tp=tp, attention_dp=attention_dp, isl=prompt, osl=64, concurrency=concurrency, runtime=rt)
     p = predict(SMALL, "b200", d)
@@ -454,7 +455,7 @@ def test_ttft_takes_ceil_prompt_over_budget_iterations(tp, attention_dp, concurr
     # beside the other requests' decode tokens (whole replica; under attention-DP the chunk sits on one rank,
     # the decode tokens spread over tp); the table's row has the first chunk's shape
     others = concurrency - 1
-    budget = 1024 - (on_rank - 1)
+    budget = 1024 - beside
     chunks = [budget] * (iterations - 1) + [prompt - (iterations - 1) * budget]
     assert prefill["qkv_proj"].shape[0] == math.ceil(chunks[0] + others / (tp if attention_dp else 1))
     # TTFT = the iterations (outside a CUDA graph) + the host's per-iteration and per-request time for each + the
