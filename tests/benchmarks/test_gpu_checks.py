@@ -71,3 +71,12 @@ def test_proxy_results_go_into_its_log_and_the_run_dir_is_removed(tmp_path):
     text = log.read_text()
     assert text.startswith("search output\n") and "== trials.csv\nnumber,loss\n0,3.1\n" in text
     assert "== pareto.csv\n(not written)" in text and not run_dir.exists()
+
+
+def test_the_search_requirements_are_pyprojects_own():
+    # SEARCH_REQUIREMENTS copies pyproject.toml's specifiers (the script runs on a GPU machine's own Python,
+    # possibly without tomllib): a change to one without the other fails here
+    import tomllib
+
+    deps = tomllib.loads((gc.ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert set(gc.SEARCH_REQUIREMENTS) <= set(deps)
