@@ -4,6 +4,12 @@ Usage (from the repository root)::
 
     python benchmarks/calibrate_gpu.py --hardware h100 [--out benchmarks/results/calibration] [--quick]
     python benchmarks/calibrate_gpu.py --from-json benchmarks/results/calibration/calibration_h100.json
+    python benchmarks/calibrate_gpu.py --from-json benchmarks/data/kernels/b200.json \
+        --out benchmarks/results/calibration_published --no-json
+
+The last form fits NVIDIA's published kernel measurements (AIConfigurator's perf database, copied
+by ``benchmarks/published_kernels.py``) instead of a run of this script; ``--no-json`` leaves the
+measurements where they are instead of copying them into ``--out``.
 
 ``--hardware`` names the catalog GPU the device is (default: guessed from
 ``torch.cuda.get_device_name()``: "NVIDIA H100 80GB HBM3" -> h100, "NVIDIA H200" -> h200,
@@ -48,9 +54,11 @@ rounds since each uses the others, from the catalog values):
 
 * ``memory_efficiency``: median over the large HBM cases (predicted memory time >= 10
   x the overhead and >= 10 us) of ``bytes / ((measured - kernel_overhead_s) * hbm_bytes_per_s)``.
-* ``kernel_overhead_s``: over the smallest cases (GEMM, HBM, attention whose predicted time
-  without overhead is <= 1 us; else the 5 smallest), the median of measured minus
-  predicted-without-overhead, clamped at >= 0.
+* ``kernel_overhead_s``: over the smallest one-kernel cases (bf16 GEMM, HBM, attention whose
+  predicted time without overhead is <= 1 us; else the 5 smallest), the median of measured minus
+  predicted-without-overhead, clamped at >= 0. Quantized GEMMs are left out: timed as a runtime
+  runs them (``benchmarks/published_kernels.py``), an fp8 or nvfp4 linear layer includes its
+  activation-quantization kernels (13 us for the smallest fp8 GEMMs on H100, 4 us for bf16).
 * ``gemm_efficiency``: over the large compute-bound GEMMs (predicted compute time >= 2 x
   memory time and >= 10 x overhead and >= 10 us), each case's efficiency is
   ``gemm_efficiency * compute_s / (measured - overhead)`` (tile and wave quantization
@@ -60,8 +68,10 @@ rounds since each uses the others, from the catalog values):
 * ``attention_efficiency``: median over the compute-bound prefill cases (same test) of
   ``FLOPs / (peak bf16 * (measured - overhead))``. Decode is memory-bound; it is reported,
   not fitted.
-* ``collective_efficiency`` and ``collective_latency_s`` (only when all-reduce was
-  measured): weighted least squares (weights 1/measured^2, i.e. relative errors) of
+* ``collective_efficiency`` and ``collective_latency_s`` (only when an NCCL all-reduce was
+  measured; cases with an ``"algorithm"`` other than ``"two_shot"``, e.g. a runtime's own
+  all-reduce predicted with the model's one-shot / two-shot choice, are reported, not fitted):
+  weighted least squares (weights 1/measured^2, i.e. relative errors) of
   ``measured = 2 latency + 2 (n-1)/n * bytes / link_peak / efficiency`` (two-shot: two steps).
 
 ``gemm_tiles`` (``[rows, cols, sms_per_tile]`` or ``[rows, cols, sms_per_tile, rate]``)
@@ -201,7 +211,8 @@ class Measurement:
     def group(self) -> str:
         """Class of case for the report: "gemm bf16", "hbm copy", "attention decode", "all_reduce"."""
         p = self.params
-        sub = {"gemm": p.get("precision"), "hbm": p.get("op"), "attention": p.get("phase")}.get(self.kind)
+        sub = {"gemm": p.get("precision"), "hbm": p.get("op"), "attention": p.get("phase"),
+               "all_reduce": p.get("algorithm")}.get(self.kind)
         return f"{self.kind} {sub}" if sub else self.kind
 
     @property
@@ -308,7 +319,7 @@ def predict_s(gpu: GPU, m: Measurement) -> float:
         compute_s = flops / (gpu.peak_flops_per_s["bf16"] * gpu.attention_efficiency)
         return roofline(compute_s, nbytes / bw, gpu.kernel_overhead_s)[0]
     if m.kind == "all_reduce":
-        return collective_time_s("all_reduce", p["bytes"], p["gpus"], gpu, algorithm="two_shot")
+        return collective_time_s("all_reduce", p["bytes"], p["gpus"], gpu, algorithm=p.get("algorithm", "two_shot"))
     raise ValueError(f"unknown measurement kind {m.kind!r}; use gemm, hbm, attention or all_reduce")
 
 
@@ -398,8 +409,10 @@ def _fit_memory(gpu: GPU, ms: Sequence[Measurement]) -> tuple[float, int] | None
 
 
 def _fit_overhead(gpu: GPU, ms: Sequence[Measurement]) -> tuple[float, int] | None:
-    """kernel_overhead_s: median of (measured - predicted work) over the smallest cases, >= 0."""
-    pool = sorted(((_work_s(gpu, m), m) for m in ms if m.kind in ("gemm", "hbm", "attention")), key=lambda x: x[0])
+    """kernel_overhead_s: median of (measured - predicted work) over the smallest one-kernel cases, >= 0
+    (bf16 GEMMs, HBM, attention: a quantized GEMM may carry its activation-quantization kernels)."""
+    one_kernel = [m for m in ms if m.kind in ("hbm", "attention") or (m.kind == "gemm" and m.params["precision"] == "bf16")]
+    pool = sorted(((_work_s(gpu, m), m) for m in one_kernel), key=lambda x: x[0])
     probes = [(w, m) for w, m in pool if w <= PROBE_S]
     if len(probes) < 3:
         probes = pool[:5]
@@ -467,7 +480,7 @@ def _fit_collective(gpu: GPU, ms: Sequence[Measurement]) -> dict[str, tuple[floa
     """
     rows = []
     for m in ms:
-        if m.kind == "all_reduce":
+        if m.kind == "all_reduce" and m.params.get("algorithm", "two_shot") == "two_shot":
             n = m.params["gpus"]
             peak = link_bytes_per_s(gpu.replace(collective_efficiency=1.0), n)
             rows.append((2.0 * (n - 1) / n * m.params["bytes"] / peak, m.seconds))
@@ -588,6 +601,61 @@ def _tile_table(gpu: GPU, ms: Sequence[Measurement]) -> list[str]:
     return lines
 
 
+PAIR_BANDS = ((1.0, 1.1), (1.1, 1.25), (1.25, 1.5), (1.5, 2.0))
+
+
+def gemm_close_pairs(gpu: GPU, ms: Sequence[Measurement]) -> dict[str, dict[tuple[float, float], tuple[float, int]]]:
+    """Per precision and band of measured time ratio: (pairs the model orders as measured, pairs).
+
+    A pair is two measured GEMMs of one precision that share N and K and differ in M, or share M
+    and differ in N or K: a shape change a search makes. Ratio = slower / faster as measured. Two
+    cases the model predicts equal count as half ordered (a coin toss). Bands are ``PAIR_BANDS``.
+    """
+    by: dict[str, list[tuple[Measurement, float]]] = {}
+    for m in ms:
+        if m.kind == "gemm" and m.ok:
+            p = m.params
+            by.setdefault(p["precision"], []).append((m, gemm(gpu, p["m"], p["n"], p["k"], weights=p["precision"],
+                                                               activations=p["precision"]).time_s))
+    out: dict[str, dict[tuple[float, float], tuple[float, int]]] = {}
+    for prec, cases in by.items():
+        counts = {band: [0.0, 0] for band in PAIR_BANDS}
+        for i, (a, pa) in enumerate(cases):
+            for b, pb in cases[i + 1:]:
+                x, y = a.params, b.params
+                same = (x["n"], x["k"]) == (y["n"], y["k"]) or x["m"] == y["m"]
+                if not same:
+                    continue
+                ratio = max(a.seconds, b.seconds) / min(a.seconds, b.seconds)
+                band = next((bd for bd in PAIR_BANDS if bd[0] <= ratio < bd[1]), None)
+                if band is None or ratio == 1.0:
+                    continue
+                measured_a_slower = a.seconds > b.seconds
+                ordered = 0.5 if pa == pb else float((pa > pb) == measured_a_slower)
+                counts[band][0] += ordered
+                counts[band][1] += 1
+        out[prec] = {band: (c[0], int(c[1])) for band, c in counts.items()}
+    return out
+
+
+def _pairs_table(before: GPU, after: GPU, ms: Sequence[Measurement]) -> list[str]:
+    pb, pa = gemm_close_pairs(before, ms), gemm_close_pairs(after, ms)
+    if not pb:
+        return []
+
+    def cell(c: tuple[float, int]) -> str:
+        return f"{c[0]:g}/{c[1]} ({100 * c[0] / c[1]:.0f} %)" if c[1] else "-"
+
+    lines = ["", "## GEMM shape pairs the model orders as measured", "",
+             "Pairs of one precision that share N and K, or share M: a shape change. Banded by the measured "
+             "time ratio (slower / faster); a tie in the prediction counts half.", "",
+             "| precision | " + " | ".join(f"{lo:g}-{hi:g}x before | after" for lo, hi in PAIR_BANDS) + " |",
+             "|---|" + "---:|---:|" * len(PAIR_BANDS)]
+    for prec in pb:
+        lines.append(f"| {prec} | " + " | ".join(f"{cell(pb[prec][bd])} | {cell(pa[prec][bd])}" for bd in PAIR_BANDS) + " |")
+    return lines
+
+
 def format_report(before: GPU, after: GPU, result: FitResult, measurements: Sequence[Measurement],
                   meta: Mapping[str, Any]) -> str:
     """The Markdown report: fitted fields, per-class summary, per-shape tables, skipped cases."""
@@ -620,6 +688,7 @@ def format_report(before: GPU, after: GPU, result: FitResult, measurements: Sequ
                 lines.append(f"| {m.shape} | {_us(m.time_s)} | {_us(pb)} | {_us(pa)} | {_pct(pb / m.seconds - 1)} "
                              f"| {_pct(pa / m.seconds - 1)} |")
         lines.append(f"| **median absolute error** | | | | {err_b[g] * 100:.1f}% | {err_a[g] * 100:.1f}% |")
+    lines += _pairs_table(before, after, ok)
     lines += _tile_table(after, ok)
     skipped = [m for m in measurements if not m.ok]
     if skipped:
@@ -928,6 +997,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="smaller sweep (under 2 minutes on an H100)")
     p.add_argument("--from-json", type=Path, default=None, metavar="PATH",
                    help="redo the fit and report from a saved calibration_<gpu>.json; measures nothing, needs no GPU")
+    p.add_argument("--no-json", action="store_true",
+                   help="with --from-json: do not copy the measurements into --out (they stay where they are)")
     return p
 
 
@@ -968,7 +1039,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.hardware and name.lower() not in (gpu.name, *gpu.aliases):
             print(f"calibrate_gpu: warning: the run was for {name!r}; fitting it against {gpu.name!r}", file=sys.stderr)
         same = (args.out / f"calibration_{gpu.name}.json").resolve() == args.from_json.resolve()
-        result, paths = calibrate(gpu, measurements, meta, args.out, save_json=not same)
+        result, paths = calibrate(gpu, measurements, meta, args.out, save_json=not (same or args.no_json))
         _summary(gpu, result, measurements, paths)
         return 0
 

@@ -14,6 +14,7 @@ import pytest
 import calibrate_gpu as cg  # benchmarks/ is on pytest's pythonpath (pyproject.toml)
 
 from co_design.hardware import GPU, HARDWARE_PATH_ENV, get_gpu, load_gpu
+from co_design.perf.comm import collective_time_s
 
 # the "true" GPU behind the synthetic measurements: every fitted field moved away from the catalog's
 TRUTH = dict(gemm_efficiency=0.6, memory_efficiency=0.7, kernel_overhead_s=5e-6, attention_efficiency=0.5,
@@ -185,3 +186,54 @@ def test_guess_hardware(device: str, expected: str | None) -> None:
 
 def test_tiles_print_with_or_without_a_rate() -> None:
     assert cg.format_tiles([(64, 128, 1, 0.5), (256, 256, 2), (128, 256, 1, 1.0)]) == "64x128/1 @0.5, 256x256/2, 128x256/1"
+
+
+def test_quantized_gemms_do_not_set_the_kernel_overhead() -> None:
+    """A runtime's fp8 linear layer carries its activation-quantization kernels: 10 us more on the smallest
+    shapes than the GEMM alone. The overhead fit reads bf16 GEMMs, HBM and attention only."""
+    gpu = get_gpu("h100")
+    ms = synthetic(gpu, gpu.replace(**TRUTH), cg.QUICK, gpus=1)
+    slowed = [dataclasses.replace(m, time_s=m.time_s + 10e-6) if m.ok and m.params.get("precision") == "fp8" else m
+              for m in ms]
+    assert cg.fit(gpu, slowed).values["kernel_overhead_s"] == pytest.approx(5e-6, abs=0.2e-6)
+
+
+def test_a_runtime_all_reduce_is_predicted_with_the_models_choice_and_not_fitted() -> None:
+    """Cases with "algorithm": "auto" (TensorRT-LLM's custom all-reduce) are predicted one-shot or two-shot as
+    the serving model picks, reported in their own class, and leave the NCCL fit as it was."""
+    gpu = get_gpu("b200")
+    truth = gpu.replace(**TRUTH)
+    ms = synthetic(gpu, truth, cg.QUICK, gpus=8)
+    small = cg.Measurement("all_reduce", {"bytes": 16 * cg.KiB, "gpus": 8, "algorithm": "auto"}, time_s=6e-6)
+    assert small.group == "all_reduce auto"
+    one_shot = collective_time_s("all_reduce", 16 * cg.KiB, 8, gpu, algorithm="one_shot")
+    assert cg.predict_s(gpu, small) == pytest.approx(one_shot)
+    assert cg.predict_s(gpu, small) < collective_time_s("all_reduce", 16 * cg.KiB, 8, gpu, algorithm="two_shot")
+    without, with_auto = cg.fit(gpu, ms), cg.fit(gpu, [*ms, small, dataclasses.replace(small, time_s=1.0)])
+    for key in ("collective_efficiency", "collective_latency_s"):
+        assert with_auto.values[key] == without.values[key], key
+    assert "all_reduce auto" in cg.errors_by_group(gpu, [*ms, small])
+
+
+def test_gemm_close_pairs_count_the_shape_changes_the_model_orders(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pairs share N and K or share M; banded by the measured ratio; a model tie counts half."""
+    gpu = get_gpu("h100")
+
+    def case(m: int, n: int, k: int, t_us: float) -> "cg.Measurement":
+        return cg.Measurement("gemm", {"precision": "bf16", "m": m, "n": n, "k": k}, time_s=t_us * 1e-6)
+
+    big = cg.predict_s(gpu, case(4096, 8192, 8192, 1))
+    ms = [case(4096, 8192, 8192, big * 1e6), case(8192, 8192, 8192, big * 1e6 * 1.6),  # ordered, 1.6x
+          case(4096, 16384, 8192, big * 1e6 * 0.75),  # shares M with both; 1.33x faster than the first: misordered
+          case(1, 1024, 1024, 5.0)]  # shares nothing with the others: no pair
+    pairs = cg.gemm_close_pairs(gpu, ms)["bf16"]
+    assert pairs[(1.5, 2.0)] == (1, 1)  # 8192 vs 4096 rows, measured and predicted slower
+    assert pairs[(1.25, 1.5)] == (0, 1)  # 4096 x 16384 measured faster than 4096 x 8192: the model says slower
+    assert sum(n for _, n in pairs.values()) == 2  # the 2.13x pair (16384 cols vs 8192 rows) is out of every band
+
+    class Flat:  # a model that predicts every GEMM alike: each pair is a coin toss
+        time_s = 1e-5
+
+    monkeypatch.setattr(cg, "gemm", lambda *a, **k: Flat())
+    flat = cg.gemm_close_pairs(gpu, ms)["bf16"]
+    assert flat[(1.5, 2.0)] == (0.5, 1) and flat[(1.25, 1.5)] == (0.5, 1)

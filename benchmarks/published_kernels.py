@@ -1,0 +1,222 @@
+"""NVIDIA's published per-kernel silicon measurements, as ``calibrate_gpu.py`` runs (issue #10 item 7).
+
+``benchmarks/calibrate_gpu.py`` measures GEMMs, attention and all-reduce on the CUDA GPU at hand. No
+GPU has been lent to this project yet, but NVIDIA publishes the same kind of measurements for its own
+GPUs: the perf database of AIConfigurator (github.com/ai-dynamo/aiconfigurator, Apache-2.0), in the
+``aiconfigurator-core`` wheel under ``aiconfigurator_core/systems/data/<system>/<op>/<framework>/<version>/``
+(Parquet tables, latency in milliseconds, one row per measured kernel call). This script copies a
+subset of those rows into the measurement files ``calibrate_gpu.py --from-json`` reads, so the
+calibration fit and its predicted-vs-measured report run from a clone on any machine:
+
+* GEMMs (``gemm_perf``, TensorRT-LLM 1.3.0rc20, ``kernel_source`` ``torch_flow``): bf16, fp8
+  (per-tensor scales) and nvfp4 (Blackwell), M in :data:`GEMM_M` (with the 128 -> 129 and
+  256 -> 257 tile-row crossings), N and K in :data:`GEMM_NK`.
+* All-reduce (``nccl_perf``, NCCL, ``all_reduce``, fp16, 2-8 GPUs): message sizes from 1 MiB up, the
+  NCCL regime ``calibrate_gpu.py`` fits (two synchronization steps); AIConfigurator's ``message_size``
+  counts 2-byte elements, so bytes are twice it. TensorRT-LLM's own custom
+  all-reduce (``custom_allreduce_perf``, every size from 256 B) goes in as cases with
+  ``"algorithm": "auto"``: the model's one-shot / two-shot choice, reported, not fitted.
+* Attention (TensorRT-LLM 1.3.0rc20): prefill (``context_attention_perf``) and decode
+  (``generation_attention_perf``) in bf16 with a bf16 KV cache, no window, head_dim 128, as many
+  KV heads as query heads (the case ``calibrate_gpu.attention_work`` counts), heads in
+  :data:`ATTENTION_HEADS`.
+
+The hardware-specific part needs pandas and pyarrow, which the project does not depend on; run it in
+a scratch virtualenv (the Parquet files are in the wheel; no AIConfigurator code runs)::
+
+    python3 -m venv /tmp/pq && /tmp/pq/bin/pip install pandas pyarrow
+    pip download --no-deps aiconfigurator-core==0.12.0 -d /tmp/aic && unzip -q /tmp/aic/*.whl -d /tmp/aic/core
+    /tmp/pq/bin/python benchmarks/published_kernels.py /tmp/aic/core/aiconfigurator_core/systems/data
+
+It writes ``benchmarks/data/kernels/<gpu>.json`` (one per catalog GPU AIConfigurator measured). Then,
+in the project's environment::
+
+    python benchmarks/calibrate_gpu.py --from-json benchmarks/data/kernels/b200.json \\
+        --out benchmarks/results/calibration_published
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = ROOT / "benchmarks" / "data" / "kernels"
+FORMAT = "co-design calibrate_gpu v1"  # calibrate_gpu.FORMAT (not imported: this runs outside the project's venv)
+PACKAGE = "aiconfigurator-core 0.12.0"
+REPOSITORY = "https://github.com/ai-dynamo/aiconfigurator"
+# AIConfigurator system directory -> (catalog GPU, device name as AIConfigurator records it)
+SYSTEMS = {"h100_sxm": "h100", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200",
+           "gb300": "gb300"}
+TRTLLM = "1.3.0rc20"  # the TensorRT-LLM collection every one of these systems has for GEMM and attention
+GEMM_M = (1, 16, 64, 128, 129, 256, 257, 512, 1024, 2048, 4096, 8192, 16384)
+GEMM_NK = (1024, 2048, 4096, 7168, 8192, 16384)
+GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "nvfp4": "nvfp4"}
+NCCL_MIN_BYTES = 1 << 20  # NCCL all-reduce from 1 MiB: the two-step regime calibrate_gpu fits
+ELEMENT_BYTES = {"half": 2, "bfloat16": 2}  # AIConfigurator's message_size counts elements of the table's dtype
+ATTENTION_HEADS = (8, 32)
+PREFILL_BATCH = (1, 4)
+DECODE_BATCH = (1, 16, 64, 256)
+DECODE_KV = (1024, 4096, 16384)
+
+
+def _ms_to_s(latency_ms: float) -> float:
+    return float(latency_ms) * 1e-3
+
+
+def gemm_cases(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Measurement dicts (calibrate_gpu's JSON form) for the GEMM rows on the subset grid."""
+    out = []
+    for r in rows:
+        prec = GEMM_DTYPES.get(r["gemm_dtype"])
+        if (prec is None or r["kernel_source"] != "torch_flow" or r["m"] not in GEMM_M or r["n"] not in GEMM_NK
+                or r["k"] not in GEMM_NK):
+            continue
+        out.append({"kind": "gemm", "params": {"precision": prec, "m": int(r["m"]), "n": int(r["n"]), "k": int(r["k"])},
+                    "time_s": _ms_to_s(r["latency"]), "status": "ok"})
+    return sorted(out, key=lambda c: (list(GEMM_DTYPES.values()).index(c["params"]["precision"]), c["params"]["k"],
+                                      c["params"]["n"], c["params"]["m"]))
+
+
+def all_reduce_cases(nccl_rows: Iterable[Mapping[str, Any]], custom_rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """NCCL all-reduce (fp16, from :data:`NCCL_MIN_BYTES`) as two-shot cases, and TensorRT-LLM's custom
+    all-reduce (bf16, every size) as ``"algorithm": "auto"`` cases. ``message_size`` counts elements per GPU
+    (AIConfigurator's collectors divide nccl-tests' bytes by the element size, and size the custom all-reduce's
+    tensor in elements); ``bytes`` here is bytes per GPU."""
+    out = []
+    for r in nccl_rows:
+        nbytes = int(r["message_size"]) * ELEMENT_BYTES.get(r["nccl_dtype"], 0)
+        if r["op_name"] == "all_reduce" and r["nccl_dtype"] == "half" and nbytes >= NCCL_MIN_BYTES:
+            out.append({"kind": "all_reduce", "params": {"bytes": nbytes, "gpus": int(r["num_gpus"])},
+                        "time_s": _ms_to_s(r["latency"]), "status": "ok"})
+    for r in custom_rows:
+        if r["op_name"] == "all_reduce" and r["allreduce_dtype"] == "bfloat16":
+            nbytes = int(r["message_size"]) * ELEMENT_BYTES["bfloat16"]
+            out.append({"kind": "all_reduce", "params": {"bytes": nbytes, "gpus": int(r["num_gpus"]),
+                                                         "algorithm": "auto"},
+                        "time_s": _ms_to_s(r["latency"]), "status": "ok"})
+    return sorted(out, key=lambda c: ("algorithm" in c["params"], c["params"]["gpus"], c["params"]["bytes"]))
+
+
+def _mha_bf16(r: Mapping[str, Any]) -> bool:
+    return (r["num_heads"] == r["num_key_value_heads"] and r["num_heads"] in ATTENTION_HEADS and r["head_dim"] == 128
+            and r["window_size"] == 0 and r["attn_dtype"] == "bfloat16" and r["kv_cache_dtype"] == "bfloat16"
+            and r["kernel_source"] == "torch_flow")
+
+
+def attention_cases(context_rows: Iterable[Mapping[str, Any]], generation_rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Causal prefill of ``isl`` tokens and one-token decode over ``step + 1`` cached tokens (the new
+    token's own included), MHA bf16 rows only (see the module docstring)."""
+    out = []
+    for r in context_rows:
+        if _mha_bf16(r) and r["batch_size"] in PREFILL_BATCH and r["isl"] >= 1024:
+            out.append({"kind": "attention", "params": {
+                "phase": "prefill", "batch": int(r["batch_size"]), "heads": int(r["num_heads"]), "head_dim": 128,
+                "q_len": int(r["isl"]), "kv_len": int(r["isl"]), "causal": True},
+                "time_s": _ms_to_s(r["latency"]), "status": "ok"})
+    for r in generation_rows:
+        if _mha_bf16(r) and r["batch_size"] in DECODE_BATCH and r["step"] + 1 in DECODE_KV:
+            out.append({"kind": "attention", "params": {
+                "phase": "decode", "batch": int(r["batch_size"]), "heads": int(r["num_heads"]), "head_dim": 128,
+                "q_len": 1, "kv_len": int(r["step"]) + 1, "causal": False},
+                "time_s": _ms_to_s(r["latency"]), "status": "ok"})
+    return sorted(out, key=lambda c: (c["params"]["phase"] != "prefill", c["params"]["heads"], c["params"]["batch"],
+                                      c["params"]["kv_len"]))
+
+
+def document(gpu: str, device: str, cases: list[dict[str, Any]], sources: Mapping[str, str]) -> dict[str, Any]:
+    """A ``calibrate_gpu.py --from-json`` file: the catalog GPU, where the numbers come from, the cases."""
+    meta = {"name": f"{device} (published: AIConfigurator perf database)", "torch": "n/a (TensorRT-LLM kernels)",
+            "cuda": "n/a", "capability": "n/a", "date": datetime.date.today().isoformat(), "quick": False,
+            "source": {"package": PACKAGE, "repository": REPOSITORY, "license": "Apache-2.0",
+                       "tables": dict(sources), "latency_unit": "ms in the source; seconds here"}}
+    return {"format": FORMAT, "gpu": gpu, "device": meta, "measurements": cases}
+
+
+def dumps(doc: Mapping[str, Any]) -> str:
+    """JSON text of a measurement document with one case per line (readable diffs, no deep indent)."""
+    parts = [f" {json.dumps(k)}: {json.dumps(v)}" for k, v in doc.items() if k != "measurements"]
+    parts.append(' "measurements": [\n' + ",\n".join("  " + json.dumps(c) for c in doc["measurements"]) + "\n ]")
+    return "{\n" + ",\n".join(parts) + "\n}\n"
+
+
+def _dedupe(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One case per kind and params: a repeated shape keeps its median time."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for c in cases:
+        by.setdefault(json.dumps([c["kind"], c["params"]], sort_keys=True), []).append(c)
+    out = []
+    for group in by.values():
+        times = sorted(c["time_s"] for c in group)
+        out.append({**group[0], "time_s": times[len(times) // 2]})
+    return out
+
+
+def extract(data_dir: Path, system: str) -> dict[str, Any] | None:  # pragma: no cover - needs pandas/pyarrow
+    """The measurement document of one AIConfigurator system directory (None without GEMM data)."""
+    import pandas as pd
+
+    base = data_dir / system
+
+    def table(rel: str) -> tuple[list[dict[str, Any]], str | None]:
+        path = base / rel
+        if not path.exists():
+            return [], None
+        return pd.read_parquet(path).to_dict("records"), f"aiconfigurator_core/systems/data/{system}/{rel}"
+
+    def newest(sub: str, name: str) -> str | None:
+        versions = sorted(p.parent.name for p in (base / sub).glob(f"*/{name}"))
+        key = lambda v: [int(x) if x.isdigit() else x for x in v.replace("rc", ".").replace("post", ".").split(".")]
+        return f"{sub}/{max(versions, key=key)}/{name}" if versions else None
+
+    gemm, src_gemm = table(f"gemm/trtllm/{TRTLLM}/gemm_perf.parquet")
+    if not gemm:
+        return None
+    sources = {"gemm": src_gemm}
+    nccl_rel = newest("comm/nccl", "nccl_perf.parquet")
+    nccl, src = table(nccl_rel) if nccl_rel else ([], None)
+    if src:
+        sources["all_reduce (NCCL)"] = src
+    custom, src = table(f"comm/trtllm/{TRTLLM}/custom_allreduce_perf.parquet")
+    if src:
+        sources["all_reduce (TensorRT-LLM custom)"] = src
+    ctx, src = table(f"attention/trtllm/{TRTLLM}/context_attention_perf.parquet")
+    if src:
+        sources["attention prefill"] = src
+    gen, src = table(f"attention/trtllm/{TRTLLM}/generation_attention_perf.parquet")
+    if src:
+        sources["attention decode"] = src
+    cases = _dedupe(gemm_cases(gemm)) + _dedupe(attention_cases(ctx, gen)) + _dedupe(all_reduce_cases(nccl, custom))
+    device = str(gemm[0]["device"])
+    return document(SYSTEMS[system], device, cases, sources)
+
+
+def main(argv: list[str] | None = None) -> int:  # pragma: no cover - needs pandas/pyarrow
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("data_dir", type=Path, help="aiconfigurator_core/systems/data of an unpacked aiconfigurator-core wheel")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT.relative_to(ROOT)})")
+    args = ap.parse_args(argv)
+    if not args.data_dir.is_dir():
+        print(f"published_kernels: {args.data_dir} is not a directory (see the module docstring)", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    for system, gpu in SYSTEMS.items():
+        doc = extract(args.data_dir, system)
+        if doc is None:
+            print(f"{system}: no TensorRT-LLM {TRTLLM} GEMM table; skipped")
+            continue
+        path = args.out / f"{gpu}.json"
+        path.write_text(dumps(doc))
+        kinds: dict[str, int] = {}
+        for c in doc["measurements"]:
+            kinds[c["kind"]] = kinds.get(c["kind"], 0) + 1
+        print(f"{system} -> {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {kinds}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""benchmarks/published_kernels.py: AIConfigurator's rows become calibrate_gpu cases (units, filters, the
+runtime all-reduce marked "auto"), and the committed files in benchmarks/data/kernels load as calibrate_gpu
+runs for catalog GPUs, with their source."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import calibrate_gpu as cg  # benchmarks/ is on pytest's pythonpath (pyproject.toml)
+import published_kernels as pk
+
+from co_design.hardware import get_gpu
+
+DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "kernels"
+
+
+def _gemm(**kw):
+    row = {"gemm_dtype": "bfloat16", "kernel_source": "torch_flow", "m": 128, "n": 4096, "k": 4096, "latency": 0.02}
+    return {**row, **kw}
+
+
+def test_gemm_rows_become_seconds_on_the_grid_only() -> None:
+    rows = [_gemm(), _gemm(gemm_dtype="fp8", m=129), _gemm(gemm_dtype="nvfp4", m=1),
+            _gemm(gemm_dtype="fp8_block"),  # block-scaled fp8: another kernel, not on this grid
+            _gemm(kernel_source="deepgemm"), _gemm(m=130), _gemm(n=4224)]
+    cases = pk.gemm_cases(rows)
+    assert [(c["params"]["precision"], c["params"]["m"]) for c in cases] == [("bf16", 128), ("fp8", 129), ("nvfp4", 1)]
+    assert cases[0]["time_s"] == pytest.approx(20e-6)  # 0.02 ms
+    assert all(cg.Measurement.from_json(c).ok for c in cases)
+
+
+def test_all_reduce_rows_nccl_from_a_mebibyte_and_the_runtimes_own_as_auto_in_bytes() -> None:
+    nccl = [{"op_name": "all_reduce", "nccl_dtype": "half", "num_gpus": 8, "message_size": 1 << 19, "latency": 0.03},
+            {"op_name": "all_reduce", "nccl_dtype": "half", "num_gpus": 8, "message_size": 1 << 18, "latency": 0.02},
+            {"op_name": "all_reduce", "nccl_dtype": "int8", "num_gpus": 8, "message_size": 1 << 20, "latency": 0.02},
+            {"op_name": "all_gather", "nccl_dtype": "half", "num_gpus": 8, "message_size": 1 << 20, "latency": 0.02}]
+    custom = [{"op_name": "all_reduce", "allreduce_dtype": "bfloat16", "num_gpus": 8, "message_size": 16384,
+               "latency": 0.0061}]
+    cases = [cg.Measurement.from_json(c) for c in pk.all_reduce_cases(nccl, custom)]
+    # message_size counts 2-byte elements: 512 Ki elements are the first MiB
+    assert [(m.group, m.params["bytes"]) for m in cases] == [("all_reduce", 1 << 20), ("all_reduce auto", 32768)]
+    assert cases[1].seconds == pytest.approx(6.1e-6)
+
+
+def test_attention_rows_keep_bf16_mha_and_count_the_new_token_in_the_cache() -> None:
+    base = {"num_heads": 32, "num_key_value_heads": 32, "head_dim": 128, "window_size": 0, "attn_dtype": "bfloat16",
+            "kv_cache_dtype": "bfloat16", "kernel_source": "torch_flow", "latency": 0.05}
+    ctx = [{**base, "batch_size": 1, "isl": 4096}, {**base, "batch_size": 1, "isl": 4096, "num_key_value_heads": 8},
+           {**base, "batch_size": 1, "isl": 4096, "kv_cache_dtype": "fp8"}, {**base, "batch_size": 1, "isl": 512}]
+    gen = [{**base, "batch_size": 16, "isl": 1, "step": 4095}, {**base, "batch_size": 16, "isl": 1, "step": 4096}]
+    cases = [cg.Measurement.from_json(c) for c in pk.attention_cases(ctx, gen)]
+    assert [(m.group, m.params["q_len"], m.params["kv_len"]) for m in cases] == [
+        ("attention prefill", 4096, 4096), ("attention decode", 1, 4096)]
+    assert cases[0].params["causal"] and not cases[1].params["causal"]
+
+
+def test_a_repeated_shape_keeps_its_median_time() -> None:
+    cases = pk.gemm_cases([_gemm(latency=t) for t in (0.01, 0.03, 0.02)])
+    assert [c["time_s"] for c in pk._dedupe(cases)] == [pytest.approx(20e-6)]
+
+
+def test_the_file_text_is_the_document() -> None:
+    doc = pk.document("h100", "NVIDIA H100 80GB HBM3", pk.gemm_cases([_gemm(), _gemm(m=1)]), {"gemm": "x/gemm_perf.parquet"})
+    assert json.loads(pk.dumps(doc)) == doc
+    assert pk.dumps(doc).count("\n") == 9  # {, format, gpu, device, "measurements": [, two cases, ], } and the last newline
+
+
+@pytest.mark.parametrize("path", sorted(DATA.glob("*.json")), ids=lambda p: p.stem)
+def test_committed_files_are_calibrate_gpu_runs_with_their_source(path: Path) -> None:
+    name, meta, ms = cg.load_measurements(path)
+    assert name == path.stem and get_gpu(name).name == name
+    assert meta["source"]["repository"] == pk.REPOSITORY and meta["source"]["license"] == "Apache-2.0"
+    assert all(t.startswith("aiconfigurator_core/systems/data/") for t in meta["source"]["tables"].values())
+    groups = {m.group for m in ms}
+    assert {"gemm bf16", "gemm fp8", "attention prefill", "attention decode", "all_reduce", "all_reduce auto"} <= groups
+    assert ("gemm nvfp4" in groups) == ("nvfp4" in get_gpu(name).peak_flops_per_s)
+    assert all(m.ok for m in ms)
+    keys = [json.dumps([m.kind, m.params], sort_keys=True) for m in ms]
+    assert len(keys) == len(set(keys))  # one time per case
