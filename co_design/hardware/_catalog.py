@@ -70,6 +70,10 @@ class GPU:
     scheduling), which smooths wave quantization at the cost of fp32 partial-tile
     fix-ups. ``attention_head_dims``: head sizes the runtime's fused attention
     kernels implement; another head size pads up to the next one (empty: any).
+    ``gemm_efficiency_by_precision`` gives the fraction of a precision's own peak
+    that large GEMMs reach where it differs from ``gemm_efficiency`` (measured fp8
+    and nvfp4 GEMMs run further below their peaks than bf16 ones); a precision it
+    does not list uses ``gemm_efficiency``.
     ``sources`` maps each field name (``peak_flops_per_s.bf16`` for nested ones)
     to where its number comes from.
     """
@@ -87,6 +91,7 @@ class GPU:
     tdp_w: float = 0.0
     precisions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     gemm_efficiency: float = 0.8  # achievable fraction of peak FLOP/s for large GEMMs
+    gemm_efficiency_by_precision: Mapping[str, float] = field(default_factory=dict)  # overrides per precision
     attention_efficiency: float = 0.65  # achievable fraction of peak for fused attention math
     memory_efficiency: float = 0.85  # achievable fraction of HBM bandwidth
     kernel_overhead_s: float = 3e-6  # fixed cost per kernel (launch gap, prologue, tail)
@@ -102,6 +107,8 @@ class GPU:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "peak_flops_per_s", MappingProxyType(dict(self.peak_flops_per_s)))
+        object.__setattr__(self, "gemm_efficiency_by_precision",
+                           MappingProxyType({p: float(v) for p, v in dict(self.gemm_efficiency_by_precision).items()}))
         object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
         object.__setattr__(self, "gemm_tiles", tuple(self._checked_tile(t) for t in self.gemm_tiles))
         object.__setattr__(self, "attention_head_dims", tuple(sorted(int(d) for d in self.attention_head_dims)))
@@ -126,6 +133,12 @@ class GPU:
             v = float(getattr(self, key))
             if not 0 < v <= 1:
                 raise ValueError(f"GPU {self.name!r}: {key} must be in (0, 1], got {v}")
+        for prec, v in self.gemm_efficiency_by_precision.items():
+            if prec not in self.peak_flops_per_s:
+                raise ValueError(f"GPU {self.name!r}: gemm_efficiency_by_precision.{prec} is given but "
+                                 f"peak_flops_per_s has no {prec} rate; use one of {sorted(self.peak_flops_per_s)}")
+            if not 0 < v <= 1:
+                raise ValueError(f"GPU {self.name!r}: gemm_efficiency_by_precision.{prec} must be in (0, 1], got {v}")
         for key in ("kernel_overhead_s", "collective_latency_s", "l2_bytes", "tdp_w"):
             if not float(getattr(self, key)) >= 0:
                 raise ValueError(f"GPU {self.name!r}: {key} must be >= 0, got {getattr(self, key)}")
@@ -190,6 +203,11 @@ class GPU:
                 f"GPU {self.name!r} has no {precision} tensor-core rate; it supports {sorted(self.peak_flops_per_s)}"
             ) from None
 
+    def gemm_efficiency_at(self, precision: str) -> float:
+        """Fraction of ``precision``'s dense peak that large GEMMs reach: its ``gemm_efficiency_by_precision``
+        entry, else ``gemm_efficiency``."""
+        return self.gemm_efficiency_by_precision.get(precision, self.gemm_efficiency)
+
     def replace(self, **changes: Any) -> "GPU":
         """A copy with some numbers changed (e.g. a calibrated efficiency)."""
         return dataclasses.replace(self, **changes)
@@ -236,6 +254,7 @@ def _merge(raw: Mapping[str, Any], path: Path, base: Mapping[str, Any] | None) -
     kw: dict[str, Any] = {k: v for k, v in (base or {}).items()}
     sources = dict(kw.get("sources", {}))
     peaks = dict(kw.get("peak_flops_per_s", {}))
+    by_precision = dict(kw.get("gemm_efficiency_by_precision", {}))
     precisions = dict(kw.get("precisions", {}))
     unknown = sorted(set(raw) - set(_FIELDS) - _META)
     if unknown:
@@ -254,6 +273,17 @@ def _merge(raw: Mapping[str, Any], path: Path, base: Mapping[str, Any] | None) -
                 peaks[prec] = float(v)
                 sources[f"peak_flops_per_s.{prec}"] = src
             continue
+        if key == "gemm_efficiency_by_precision":
+            if not isinstance(entry, Mapping):
+                raise ValueError(f"GPU file {str(path)!r}: gemm_efficiency_by_precision must map precision -> value")
+            for prec, sub in entry.items():
+                v, src = _value(sub, f"gemm_efficiency_by_precision.{prec}", path)
+                if v is None:  # explicit removal: the precision falls back to gemm_efficiency
+                    by_precision.pop(prec, None)
+                    continue
+                by_precision[prec] = v
+                sources[f"gemm_efficiency_by_precision.{prec}"] = src
+            continue
         if key == "precisions":
             if not isinstance(entry, Mapping):
                 raise ValueError(f"GPU file {str(path)!r}: precisions must map weights/activations/kv_cache -> formats")
@@ -269,6 +299,7 @@ def _merge(raw: Mapping[str, Any], path: Path, base: Mapping[str, Any] | None) -
     kw["aliases"] = tuple(str(a).lower() for a in raw.get("aliases", ())) if "aliases" in raw else ()
     kw["description"] = str(raw.get("description", kw.get("description", "")))
     kw["peak_flops_per_s"] = peaks
+    kw["gemm_efficiency_by_precision"] = by_precision
     kw["precisions"] = precisions
     kw["sources"] = sources
     return kw
@@ -288,6 +319,7 @@ def _build(kw: Mapping[str, Any], path: Path) -> GPU:
             elif kind == "int":
                 kw[key] = int(value)
         kw["peak_flops_per_s"] = {p: float(v) for p, v in kw["peak_flops_per_s"].items()}
+        kw["gemm_efficiency_by_precision"] = {p: float(v) for p, v in kw.get("gemm_efficiency_by_precision", {}).items()}
     except (TypeError, ValueError) as exc:
         raise ValueError(f"GPU file {str(path)!r}: a number does not parse ({exc})") from None
     try:

@@ -140,7 +140,7 @@ def gemm(gpu: "GPU", m: int, n: int, k: int, *, weights: str, activations: str, 
       a 64-token tile at the full rate, not a half-rate 64-row or a 128-row tile.
     * Tiles pad m and n (tile quantization) and K pads to ``gpu.k_tile_bytes`` of
       the math format. A tile of rate r runs at ``r × peak[math_precision] ×
-      gemm_efficiency × efficiency / sms`` FLOP/s per SM.
+      gpu.gemm_efficiency_at(math_precision) × efficiency / sms`` FLOP/s per SM.
     * Tile latency: every tile an SM runs adds ``tile_overhead_s`` after the
       roofline (pipeline fill and epilogue not hidden behind the next tile's main
       loop, whether the main loop waits on math or on memory): small-K GEMMs and
@@ -171,7 +171,7 @@ def _gemm_cached(gpu: "GPU", m: int, n: int, k: int, weights: str, activations: 
                  token_tiles: bool, kernel_oh: float) -> GemmCost:
     prec = math_precision(weights, activations, gpu)
     wb, ab = BYTES_PER_ELEMENT[weights], BYTES_PER_ELEMENT[activations]
-    rate_per_sm = gpu.peak_flops_per_s[prec] * gpu.gemm_efficiency * eff / gpu.sms  # FLOP/s per SM at rate 1
+    rate_per_sm = gpu.peak_flops_per_s[prec] * gpu.gemm_efficiency_at(prec) * eff / gpu.sms  # FLOP/s per SM at rate 1
     # K pads to whole k-tiles of k_tile_bytes in the math format (128 B = 64 bf16 / 128 fp8 / 256 fp4 elements)
     k_tile = max(1, int(gpu.k_tile_bytes / _MATH_BYTES[prec]))
     k_iters = -(-k // k_tile)

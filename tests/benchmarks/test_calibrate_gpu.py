@@ -88,12 +88,18 @@ def test_gemm_efficiency_differs_per_precision() -> None:
     chosen = [m for m, _ in cg.compute_bound_gemms(fitted, ms)]
     assert {m.params["precision"] for m in chosen} == {"bf16", "fp8"}
 
-    def objective(eff: float) -> float:
-        return cg._abs_log_error(fitted.replace(gemm_efficiency=eff), chosen)
+    def objective(eff: float) -> float:  # one efficiency for every precision
+        return cg._abs_log_error(fitted.replace(gemm_efficiency=eff, gemm_efficiency_by_precision={}), chosen)
 
     best = objective(result.values["gemm_efficiency"])
     for eff in (0.5, 0.6, 0.7, 0.8, 0.4):
         assert best <= objective(eff) + 1e-3, eff
+    # the model then uses each precision's own: both within the noise, where the one value misses one of them
+    assert dict(fitted.gemm_efficiency_by_precision) == dict(result.gemm_by_precision)
+    after = cg.errors_by_group(fitted, ms)
+    single = cg.errors_by_group(fitted.replace(gemm_efficiency_by_precision={}), ms)
+    assert max(after["gemm bf16"], after["gemm fp8"]) < 0.02
+    assert max(single["gemm bf16"], single["gemm fp8"]) > 0.1, single
 
 
 def test_kernel_overhead_is_clamped_at_zero() -> None:

@@ -124,3 +124,42 @@ def test_to_dict_is_plain_json_with_every_field(name):
     assert set(d) == {f.name for f in dataclasses.fields(gpu)}
     assert d["peak_flops_per_s"] == dict(gpu.peak_flops_per_s)
     assert d["hbm_bytes_per_s"] == gpu.hbm_bytes_per_s and d["gemm_tiles"] == [list(t) for t in gpu.gemm_tiles]
+
+
+def test_gemm_efficiency_per_precision_from_a_file(tmp_path):
+    """A file may give some precisions their own GEMM efficiency; the others keep gemm_efficiency; the roofline's
+    compute time of a large GEMM scales as 1 / that efficiency."""
+    from co_design.perf.roofline import gemm
+
+    f = tmp_path / "b200.yaml"
+    f.write_text("name: b200\ngemm_efficiency_by_precision:\n  fp8: {value: 0.41, source: 'measured'}\n  nvfp4: 0.3\n")
+    g = load_gpu(f)
+    base = get_gpu("b200")
+    assert dict(g.gemm_efficiency_by_precision) == {"fp8": 0.41, "nvfp4": 0.3}
+    assert g.sources["gemm_efficiency_by_precision.fp8"] == "measured"
+    assert g.gemm_efficiency_at("fp8") == 0.41 and g.gemm_efficiency_at("bf16") == base.gemm_efficiency == g.gemm_efficiency
+    for prec, eff in (("bf16", base.gemm_efficiency), ("fp8", 0.41), ("nvfp4", 0.3)):
+        a = gemm(base, 8192, 8192, 8192, weights=prec, activations=prec).compute_s
+        b = gemm(g, 8192, 8192, 8192, weights=prec, activations=prec).compute_s
+        assert b / a == pytest.approx(base.gemm_efficiency / eff, rel=1e-12), prec
+
+
+def test_a_gpu_based_on_another_can_drop_a_precisions_efficiency(tmp_path, monkeypatch):
+    (tmp_path / "slow.yaml").write_text("name: slow\nbase: b200\ngemm_efficiency_by_precision: {fp8: 0.4, nvfp4: 0.3}\n")
+    (tmp_path / "slower.yaml").write_text("name: slower\nbase: slow\ngemm_efficiency_by_precision: {fp8: null}\n")
+    monkeypatch.setenv(HARDWARE_PATH_ENV, str(tmp_path))
+    g = get_gpu("slower")
+    assert dict(g.gemm_efficiency_by_precision) == {"nvfp4": 0.3}
+    assert g.gemm_efficiency_at("fp8") == get_gpu("b200").gemm_efficiency
+
+
+@pytest.mark.parametrize("text, match", [
+    ("gemm_efficiency_by_precision: {fp8: 1.5}\n", r"gemm_efficiency_by_precision.fp8 must be in \(0, 1\]"),
+    ("gemm_efficiency_by_precision: {nvfp4: 0.5}\n", "has no nvfp4 rate"),  # H100 has no FP4 tensor cores
+    ("gemm_efficiency_by_precision: 0.5\n", "must map precision"),
+])
+def test_gemm_efficiency_per_precision_rejects_bad_entries(tmp_path, text, match):
+    f = tmp_path / "h100.yaml"
+    f.write_text("name: h100\n" + text)
+    with pytest.raises(ValueError, match=match):
+        load_gpu(f)
