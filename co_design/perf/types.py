@@ -51,8 +51,8 @@ class Runtime:
     Set the fractions to 1 and the overheads to 0 for an idealized runtime:
 
     * ``compute_efficiency``: fraction of the GPU's microbenchmark FLOP rate
-      (``gemm_efficiency``, ``attention_efficiency``) its kernels reach inside a
-      serving step (short kernels, small shapes), for bf16 and fp8 math.
+      (``gemm_efficiency_at(precision)``, ``attention_efficiency``) its kernels reach
+      inside a serving step (short kernels, small shapes), for bf16 and fp8 math.
     * ``nvfp4_compute_efficiency``: the same for block-scaled FP4 GEMMs (twice the
       fp8 peak, scale factors to load; measured separately because it differs).
     * ``bandwidth_efficiency``: fraction of the GPU's microbenchmark HBM bandwidth
