@@ -21,6 +21,13 @@ calibration fit and its predicted-vs-measured report run from a clone on any mac
   KV heads as query heads (the case ``calibrate_gpu.attention_work`` counts), heads in
   :data:`ATTENTION_HEADS`.
 
+* MoE layers (``moe_perf``, TensorRT-LLM 1.3.0rc20, ``moe_torch_flow_cutlass``, balanced routing): the
+  expert shapes of the MoE models in ``published_serving.json`` (:data:`MOE_SHAPES`), bf16 / fp8 / nvfp4,
+  :data:`MOE_TOKENS` tokens into the layer on one GPU, every MoE TP x EP split of 1-8 GPUs. One call is the
+  whole fused MoE op on one rank (routing-independent permute, both grouped GEMMs, finalize); the collector
+  feeds every token to the rank, which computes the experts it holds. They go to ``moe_<gpu>.json``, read by
+  ``benchmarks/validate_moe.py`` (not a ``calibrate_gpu.py`` case).
+
 The hardware-specific part needs pandas and pyarrow, which the project does not depend on; run it in
 a scratch virtualenv (the Parquet files are in the wheel; no AIConfigurator code runs)::
 
@@ -58,6 +65,12 @@ GEMM_NK = (1024, 2048, 4096, 7168, 8192, 16384)
 GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "nvfp4": "nvfp4"}
 NCCL_MIN_BYTES = 1 << 20  # NCCL all-reduce from 1 MiB: the two-step regime calibrate_gpu fits
 ELEMENT_BYTES = {"half": 2, "bfloat16": 2}  # AIConfigurator's message_size counts elements of the table's dtype
+MOE_SHAPES = {(4096, 1536, 8, 128): "Qwen3-235B-A22B", (2048, 768, 8, 128): "Qwen3-30B-A3B",
+              (7168, 2048, 8, 256): "DeepSeek-R1", (5120, 8192, 1, 128): "Llama-4-Maverick-17B-128E",
+              (5120, 8192, 1, 16): "Llama-4-Scout-17B-16E", (4096, 14336, 2, 8): "Mixtral-8x7B"}
+MOE_TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 16384)
+MOE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "nvfp4": "nvfp4"}
+MOE_FORMAT = "co-design published MoE v1"
 ATTENTION_HEADS = (8, 32)
 PREFILL_BATCH = (1, 4)
 DECODE_BATCH = (1, 16, 64, 256)
@@ -128,6 +141,24 @@ def attention_cases(context_rows: Iterable[Mapping[str, Any]], generation_rows: 
                                       c["params"]["kv_len"]))
 
 
+def moe_cases(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """MoE-layer rows of :data:`MOE_SHAPES` (balanced routing, CUTLASS path, TP x EP <= 8) as dicts:
+    model, precision, tokens into the layer, the shape, ``moe_tp`` / ``moe_ep`` and ``time_s``."""
+    out = []
+    for r in rows:
+        model = MOE_SHAPES.get((r["hidden_size"], r["inter_size"], r["topk"], r["num_experts"]))
+        prec = MOE_DTYPES.get(r["moe_dtype"])
+        tp, ep = int(r["moe_tp_size"]), int(r["moe_ep_size"])
+        if (model is None or prec is None or r["distribution"] != "balanced" or r["kernel_source"] != "moe_torch_flow_cutlass"
+                or r["num_tokens"] not in MOE_TOKENS or tp * ep > 8):
+            continue
+        out.append({"model": model, "precision": prec, "tokens": int(r["num_tokens"]), "hidden": int(r["hidden_size"]),
+                    "expert_ffn": int(r["inter_size"]), "top_k": int(r["topk"]), "experts": int(r["num_experts"]),
+                    "moe_tp": tp, "moe_ep": ep, "time_s": _ms_to_s(r["latency"])})
+    key = lambda c: (c["model"], c["precision"], c["moe_tp"] * c["moe_ep"], c["moe_ep"], c["tokens"])
+    return sorted(out, key=key)
+
+
 def document(gpu: str, device: str, cases: list[dict[str, Any]], sources: Mapping[str, str]) -> dict[str, Any]:
     """A ``calibrate_gpu.py --from-json`` file: the catalog GPU, where the numbers come from, the cases."""
     meta = {"name": f"{device} (published: AIConfigurator perf database)", "torch": "n/a (TensorRT-LLM kernels)",
@@ -195,6 +226,26 @@ def extract(data_dir: Path, system: str) -> dict[str, Any] | None:  # pragma: no
     return document(SYSTEMS[system], device, cases, sources)
 
 
+def extract_moe(data_dir: Path, system: str) -> dict[str, Any] | None:  # pragma: no cover - needs pandas/pyarrow
+    """The MoE document of one AIConfigurator system directory (None without a TensorRT-LLM MoE table)."""
+    import pandas as pd
+
+    rel = f"moe/trtllm/{TRTLLM}/moe_perf.parquet"
+    path = data_dir / system / rel
+    if not path.exists():
+        return None
+    rows = pd.read_parquet(path).to_dict("records")
+    by: dict[str, list[dict[str, Any]]] = {}
+    for c in moe_cases(rows):  # one time per case: the median of repeats
+        by.setdefault(json.dumps({k: v for k, v in c.items() if k != "time_s"}, sort_keys=True), []).append(c)
+    cases = [{**g[0], "time_s": sorted(c["time_s"] for c in g)[len(g) // 2]} for g in by.values()]
+    return {"format": MOE_FORMAT, "gpu": SYSTEMS[system], "device": str(rows[0]["device"]),
+            "source": {"package": PACKAGE, "repository": REPOSITORY, "license": "Apache-2.0",
+                       "table": f"aiconfigurator_core/systems/data/{system}/{rel}",
+                       "latency_unit": "ms in the source; seconds here"},
+            "measurements": cases}
+
+
 def main(argv: list[str] | None = None) -> int:  # pragma: no cover - needs pandas/pyarrow
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("data_dir", type=Path, help="aiconfigurator_core/systems/data of an unpacked aiconfigurator-core wheel")
@@ -215,6 +266,12 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - needs pand
         for c in doc["measurements"]:
             kinds[c["kind"]] = kinds.get(c["kind"], 0) + 1
         print(f"{system} -> {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {kinds}")
+        moe = extract_moe(args.data_dir, system)
+        if moe is not None:
+            path = args.out / f"moe_{gpu}.json"
+            path.write_text(dumps(moe))
+            print(f"{system} -> {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: "
+                  f"{len(moe['measurements'])} MoE layers")
     return 0
 
 

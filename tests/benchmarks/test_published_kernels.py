@@ -68,7 +68,19 @@ def test_the_file_text_is_the_document() -> None:
     assert pk.dumps(doc).count("\n") == 9  # {, format, gpu, device, "measurements": [, two cases, ], } and the last newline
 
 
-@pytest.mark.parametrize("path", sorted(DATA.glob("*.json")), ids=lambda p: p.stem)
+def test_moe_rows_keep_the_validated_shapes_balanced_on_at_most_eight_gpus() -> None:
+    row = {"hidden_size": 4096, "inter_size": 1536, "topk": 8, "num_experts": 128, "moe_dtype": "fp8",
+           "moe_tp_size": 2, "moe_ep_size": 4, "distribution": "balanced", "kernel_source": "moe_torch_flow_cutlass",
+           "num_tokens": 64, "latency": 0.1}
+    rows = [row, {**row, "distribution": "power_law_1.2"}, {**row, "moe_ep_size": 8}, {**row, "num_tokens": 65},
+            {**row, "inter_size": 1024}, {**row, "kernel_source": "deepgemm"}, {**row, "moe_dtype": "fp8_block"}]
+    cases = pk.moe_cases(rows)
+    assert cases == [{"model": "Qwen3-235B-A22B", "precision": "fp8", "tokens": 64, "hidden": 4096, "expert_ffn": 1536,
+                      "top_k": 8, "experts": 128, "moe_tp": 2, "moe_ep": 4, "time_s": pytest.approx(1e-4)}]
+
+
+@pytest.mark.parametrize("path", sorted(p for p in DATA.glob("*.json") if not p.name.startswith("moe_")),
+                         ids=lambda p: p.stem)
 def test_committed_files_are_calibrate_gpu_runs_with_their_source(path: Path) -> None:
     name, meta, ms = cg.load_measurements(path)
     assert name == path.stem and get_gpu(name).name == name

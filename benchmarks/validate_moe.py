@@ -1,0 +1,228 @@
+"""The performance model's MoE layer against NVIDIA's published MoE-layer measurements (issue #10 item 3).
+
+``benchmarks/data/kernels/moe_<gpu>.json`` (copied by ``benchmarks/published_kernels.py`` from
+AIConfigurator's perf database) times TensorRT-LLM 1.3.0rc20's fused MoE op on one GPU: ``tokens`` tokens
+into the layer, balanced routing, the rank holding ``experts / moe_ep`` experts, each split ``moe_tp``
+ways. This script predicts the same call with the serving model's own op table
+(:func:`co_design.perf.ops.step_ops` on a one-layer model of that expert shape, ``Deployment(tp=moe_tp *
+moe_ep, ep=moe_ep)``, attention TP so every rank sees every token, ``Runtime()`` defaults with
+``moe_expert_load_cv=0`` for balanced routing) and sums its MoE ops: ``moe_permute``, ``experts_gate_up``,
+``experts_down`` and ``moe_finalize`` (the router, the shared expert and the collectives are outside the
+measured call).
+
+It reports, in seconds per layer on one GPU, the error per GPU and precision, per token range, and the
+two orderings a search relies on: the split (MoE TP n vs EP n at the same tokens) and close pairs of
+cases on one GPU, precision and token count (another model or split), banded by measured ratio.
+
+Usage (from the repository root; seconds)::
+
+    python benchmarks/validate_moe.py [--out benchmarks/results]
+
+Writes ``moe_kernels.md`` and ``moe_kernels.json`` into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from co_design.arch import Architecture
+from co_design.hardware import get_gpu
+from co_design.perf.ops import step_ops
+from co_design.perf.types import Deployment, Runtime
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "benchmarks" / "data" / "kernels"
+MOE_OPS = ("moe_permute", "experts_gate_up", "experts_down", "moe_finalize")
+TOKEN_RANGES = ((1, 16, "1-16 tokens"), (64, 1024, "64-1024 tokens"), (4096, 16384, "4096-16384 tokens"))
+BANDS = ((1.0, 1.1), (1.1, 1.25), (1.25, 1.5), (1.5, 2.0))
+
+
+def layer(case: Mapping[str, Any]) -> Architecture:
+    """A one-layer MoE model of the case's expert shape (attention sized to the hidden width; it is not summed)."""
+    h = case["hidden"]
+    return Architecture(hidden=h, layers=1, heads=max(1, h // 128), ffn=case["expert_ffn"], vocab=32000,
+                        experts=case["experts"], experts_per_token=case["top_k"], expert_ffn=case["expert_ffn"],
+                        name=case["model"])
+
+
+def predict_s(case: Mapping[str, Any], gpu_name: str, runtime: Runtime) -> float:
+    """Seconds the serving model gives the case's MoE ops on one GPU (see the module docstring)."""
+    prec = case["precision"]
+    dep = Deployment(tp=case["moe_tp"] * case["moe_ep"], ep=case["moe_ep"], weights=prec, activations=prec,
+                     kv_cache="bf16" if prec == "bf16" else "fp8", runtime=runtime)
+    ops = step_ops(layer(case), get_gpu(gpu_name), dep, decode=float(case["tokens"]), context=1024.0,
+                   prefill_tokens=0.0, prefill_len=1024.0)
+    return sum(o.time_s for o in ops if o.name in MOE_OPS)
+
+
+def load(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    """Every case of the given ``moe_<gpu>.json`` files, each with its ``gpu``."""
+    out = []
+    for path in paths:
+        doc = json.loads(Path(path).read_text())
+        if doc.get("format") != "co-design published MoE v1":
+            raise ValueError(f"{path}: not a published MoE file (format {doc.get('format')!r})")
+        out += [{**c, "gpu": doc["gpu"]} for c in doc["measurements"]]
+    return out
+
+
+def predict_all(cases: list[dict[str, Any]], runtime: Runtime) -> list[dict[str, Any]]:
+    """The cases with ``predicted_s`` (None where the model refuses the split, e.g. experts not divisible)."""
+    out = []
+    for c in cases:
+        try:
+            p = predict_s(c, c["gpu"], runtime)
+        except ValueError:
+            p = None
+        out.append({**c, "predicted_s": p})
+    return out
+
+
+def _summary(errs: list[float]) -> dict[str, float]:
+    return {"n": len(errs), "mdape": statistics.median(abs(e) for e in errs) if errs else float("nan"),
+            "signed": statistics.median(errs) if errs else float("nan"),
+            "within_25": sum(abs(e) <= 0.25 for e in errs)}
+
+
+def errors(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+    """Relative error (predicted / measured - 1) summaries by GPU and precision, and by token range."""
+    by_gpu: dict[str, list[float]] = {}
+    by_tokens: dict[str, list[float]] = {}
+    for r in rows:
+        if r["predicted_s"] is None:
+            continue
+        e = r["predicted_s"] / r["time_s"] - 1
+        by_gpu.setdefault(f"{r['gpu']} {r['precision']}", []).append(e)
+        for lo, hi, label in TOKEN_RANGES:
+            if lo <= r["tokens"] <= hi:
+                by_tokens.setdefault(label, []).append(e)
+    return {"by_gpu_precision": {k: _summary(v) for k, v in by_gpu.items()},
+            "by_tokens": {label: _summary(by_tokens.get(label, [])) for _, _, label in TOKEN_RANGES}}
+
+
+def split_pairs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """MoE TP n against EP n (n > 1) at one GPU, precision, model and token count: measured and predicted
+    time ratio TP / EP."""
+    index = {(r["gpu"], r["precision"], r["model"], r["tokens"], r["moe_tp"], r["moe_ep"]): r for r in rows}
+    out = []
+    for (g, p, m, t, tp, ep), r in index.items():
+        if ep != 1 or tp == 1:
+            continue
+        other = index.get((g, p, m, t, 1, tp))
+        if other is None or r["predicted_s"] is None or other["predicted_s"] is None:
+            continue
+        out.append({"gpu": g, "precision": p, "model": m, "tokens": t, "n": tp,
+                    "measured": r["time_s"] / other["time_s"], "predicted": r["predicted_s"] / other["predicted_s"]})
+    return out
+
+
+def close_pairs(rows: list[dict[str, Any]]) -> dict[tuple[float, float], tuple[float, int]]:
+    """Pairs of cases on one GPU, precision and token count (another model or split), banded by measured
+    ratio: (pairs the model orders as measured, a predicted tie counting half; pairs)."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["predicted_s"] is not None:
+            groups.setdefault((r["gpu"], r["precision"], r["tokens"]), []).append(r)
+    counts = {b: [0.0, 0] for b in BANDS}
+    for group in groups.values():
+        for i, a in enumerate(group):
+            for b in group[i + 1:]:
+                ratio = max(a["time_s"], b["time_s"]) / min(a["time_s"], b["time_s"])
+                band = next((bd for bd in BANDS if bd[0] <= ratio < bd[1]), None)
+                if band is None or ratio == 1.0:
+                    continue
+                if a["predicted_s"] == b["predicted_s"]:
+                    counts[band][0] += 0.5
+                else:
+                    counts[band][0] += float((a["predicted_s"] > b["predicted_s"]) == (a["time_s"] > b["time_s"]))
+                counts[band][1] += 1
+    return {b: (c[0], int(c[1])) for b, c in counts.items()}
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.0f} %"
+
+
+def report(rows: list[dict[str, Any]], runtime: Runtime) -> tuple[str, dict[str, Any]]:
+    """The Markdown report and its JSON summary."""
+    errs = errors(rows)
+    splits = split_pairs(rows)
+    pairs = close_pairs(rows)
+    refused = sum(r["predicted_s"] is None for r in rows)
+    lines = ["# The MoE layer against published MoE-layer measurements", "",
+             "Command: `python benchmarks/validate_moe.py`. Measured: TensorRT-LLM 1.3.0rc20's fused MoE op on one GPU "
+             "(AIConfigurator perf database, `benchmarks/data/kernels/moe_*.json`, balanced routing). Predicted: the "
+             "serving model's MoE ops (`moe_permute`, `experts_gate_up`, `experts_down`, `moe_finalize`) for the same "
+             f"call at `Runtime()` defaults with `moe_expert_load_cv=0`. {len(rows) - refused} cases"
+             + (f" ({refused} splits the model refuses left out)" if refused else "") + ". Error = predicted / "
+             "measured - 1, seconds per layer on one GPU.", "",
+             "## Error by GPU and precision", "", "| GPU, precision | cases | MdAPE | median signed | within 25 % |",
+             "|---|---:|---:|---:|---:|"]
+    for k, v in sorted(errs["by_gpu_precision"].items()):
+        lines.append(f"| {k} | {v['n']} | {v['mdape'] * 100:.0f} % | {_pct(v['signed'])} | {v['within_25']} |")
+    lines += ["", "## Error by tokens into the layer", "", "| tokens | cases | MdAPE | median signed |", "|---|---:|---:|---:|"]
+    for label, v in errs["by_tokens"].items():
+        if v["n"]:
+            lines.append(f"| {label} | {v['n']} | {v['mdape'] * 100:.0f} % | {_pct(v['signed'])} |")
+    lines += ["", "## MoE TP n against EP n", "",
+              "Time ratio TP / EP at one GPU, precision, model and token count (above 1: expert parallelism is faster).",
+              "", "| tokens | pairs | measured ratio, median | predicted ratio, median | ordered as measured |",
+              "|---|---:|---:|---:|---:|"]
+    split_summary = {}
+    for lo, hi, label in TOKEN_RANGES:
+        sel = [s for s in splits if lo <= s["tokens"] <= hi]
+        if not sel:
+            continue
+        ordered = sum((s["measured"] > 1) == (s["predicted"] > 1) for s in sel if s["measured"] != 1)
+        split_summary[label] = {"pairs": len(sel), "measured_median": statistics.median(s["measured"] for s in sel),
+                                "predicted_median": statistics.median(s["predicted"] for s in sel), "ordered": ordered}
+        v = split_summary[label]
+        lines.append(f"| {label} | {v['pairs']} | {v['measured_median']:.2f} | {v['predicted_median']:.2f} "
+                     f"| {ordered}/{len(sel)} |")
+    lines += ["", "## Close pairs", "",
+              "Two cases on one GPU, precision and token count (another model or split), banded by the measured time "
+              "ratio; a predicted tie counts half.", "", "| band | ordered as measured |", "|---|---:|"]
+    for (lo, hi), (ok, n) in pairs.items():
+        lines.append(f"| {lo:g}-{hi:g}x | " + (f"{ok:g}/{n} ({100 * ok / n:.0f} %)" if n else "-") + " |")
+    lines += ["", "## Largest errors", "", "| GPU | precision | model | MoE TP x EP | tokens | measured (us) | predicted (us) "
+              "| error |", "|---|---|---|---|---:|---:|---:|---:|"]
+    worst = sorted((r for r in rows if r["predicted_s"] is not None),
+                   key=lambda r: -abs(r["predicted_s"] / r["time_s"] - 1))[:15]
+    for r in worst:
+        lines.append(f"| {r['gpu']} | {r['precision']} | {r['model']} | {r['moe_tp']} x {r['moe_ep']} | {r['tokens']} "
+                     f"| {r['time_s'] * 1e6:.1f} | {r['predicted_s'] * 1e6:.1f} | {_pct(r['predicted_s'] / r['time_s'] - 1)} |")
+    summary = {"runtime": runtime.to_dict(), "cases": len(rows) - refused, "errors": errs, "splits": split_summary,
+               "close_pairs": {f"{lo:g}-{hi:g}": {"ordered": ok, "pairs": n} for (lo, hi), (ok, n) in pairs.items()}}
+    return "\n".join(lines) + "\n", summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", type=Path, default=DATA, help="directory of moe_<gpu>.json files")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    args = ap.parse_args(argv)
+    paths = sorted(args.data.glob("moe_*.json"))
+    if not paths:
+        print(f"validate_moe: no moe_*.json in {args.data} (benchmarks/published_kernels.py writes them)", file=sys.stderr)
+        return 2
+    try:
+        cases = load(paths)
+    except (ValueError, KeyError) as exc:
+        print(f"validate_moe: {exc}", file=sys.stderr)
+        return 2
+    runtime = Runtime(moe_expert_load_cv=0.0)
+    text, summary = report(predict_all(cases, runtime), runtime)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "moe_kernels.md").write_text(text)
+    (args.out / "moe_kernels.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

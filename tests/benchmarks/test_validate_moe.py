@@ -1,0 +1,79 @@
+"""benchmarks/validate_moe.py: a case is predicted from the serving model's own MoE ops, the TP-vs-EP and
+close-pair orderings count what they say, and the script runs on the committed files and on a small one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import validate_moe as vm  # benchmarks/ is on pytest's pythonpath (pyproject.toml)
+
+from co_design.hardware import get_gpu
+from co_design.perf.ops import step_ops
+from co_design.perf.types import Deployment, Runtime
+
+CASE = {"model": "Qwen3-235B-A22B", "precision": "fp8", "tokens": 256, "hidden": 4096, "expert_ffn": 1536,
+        "top_k": 8, "experts": 128, "moe_tp": 2, "moe_ep": 4, "time_s": 1e-4, "gpu": "h200"}
+
+
+def test_a_case_is_the_moe_ops_of_a_one_layer_model_on_its_split() -> None:
+    rt = Runtime(moe_expert_load_cv=0.0)
+    ops = step_ops(vm.layer(CASE), get_gpu("h200"), Deployment(tp=8, ep=4, weights="fp8", activations="fp8", runtime=rt),
+                   decode=256.0, context=1024.0, prefill_tokens=0.0, prefill_len=1024.0)
+    names = {o.name for o in ops}
+    assert set(vm.MOE_OPS) <= names and {"router", "attn_all_reduce"} <= names  # the others exist, but are not summed
+    assert vm.predict_s(CASE, "h200", rt) == pytest.approx(sum(o.time_s for o in ops if o.name in vm.MOE_OPS))
+    # more tokens never take less time; an EP rank with a quarter of the experts does less than all of them
+    assert vm.predict_s({**CASE, "tokens": 4096}, "h200", rt) > vm.predict_s(CASE, "h200", rt)
+    assert vm.predict_s({**CASE, "moe_tp": 1, "moe_ep": 1}, "h200", rt) > vm.predict_s(CASE, "h200", rt)
+
+
+def _row(**kw) -> dict:
+    return {**CASE, "predicted_s": 1e-4, **kw}
+
+
+def test_split_pairs_compare_tp_n_with_ep_n_only() -> None:
+    rows = [_row(moe_tp=4, moe_ep=1, time_s=3e-4, predicted_s=2e-4), _row(moe_tp=1, moe_ep=4, time_s=1e-4, predicted_s=4e-4),
+            _row(moe_tp=2, moe_ep=2), _row(moe_tp=8, moe_ep=1)]  # 2 x 2 is neither; TP 8 has no EP 8 here
+    [pair] = vm.split_pairs(rows)
+    assert pair["n"] == 4 and pair["measured"] == pytest.approx(3.0) and pair["predicted"] == pytest.approx(0.5)
+
+
+def test_close_pairs_band_by_measured_ratio_and_count_ties_half() -> None:
+    rows = [_row(model="a", time_s=1.0, predicted_s=1.0), _row(model="b", time_s=1.2, predicted_s=2.0),
+            _row(model="c", time_s=1.7, predicted_s=1.0),  # vs a: 1.7x, a tie in the prediction
+            _row(model="d", time_s=1.0, predicted_s=5.0, tokens=1)]  # another token count: no pair
+    pairs = vm.close_pairs(rows)
+    assert pairs[(1.1, 1.25)] == (1.0, 1)  # a < b as measured and predicted
+    assert pairs[(1.25, 1.5)] == (0.0, 1)  # b (1.2) < c (1.7) as measured; predicted 2.0 > 1.0
+    assert pairs[(1.5, 2.0)] == (0.5, 1)  # a vs c: tie
+    assert pairs[(1.0, 1.1)] == (0.0, 0)
+
+
+def test_committed_files_predict_nearly_every_case(tmp_path: Path) -> None:
+    paths = sorted(vm.DATA.glob("moe_*.json"))
+    assert {p.stem for p in paths} >= {"moe_h100", "moe_h200", "moe_b200"}
+    cases = vm.load(paths[:1])
+    assert len(cases) > 500 and all(c["time_s"] > 0 for c in cases)
+    rows = vm.predict_all(cases[::10], Runtime(moe_expert_load_cv=0.0))
+    assert sum(r["predicted_s"] is not None for r in rows) >= 0.95 * len(rows)
+
+
+def test_main_writes_the_report_and_refuses_an_empty_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    assert vm.main(["--data", str(data), "--out", str(tmp_path / "out")]) == 2
+    assert "no moe_*.json" in capsys.readouterr().err
+    cases = [{k: v for k, v in CASE.items() if k != "gpu"}, {**{k: v for k, v in CASE.items() if k != "gpu"},
+                                                              "moe_tp": 8, "moe_ep": 1, "time_s": 2e-4}]
+    (data / "moe_h200.json").write_text(json.dumps({"format": "co-design published MoE v1", "gpu": "h200",
+                                                    "measurements": cases}))
+    assert vm.main(["--data", str(data), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "moe_kernels.md").read_text()
+    assert "| h200 fp8 | 2 |" in text and "## MoE TP n against EP n" in text
+    assert json.loads((tmp_path / "out" / "moe_kernels.json").read_text())["cases"] == 2
+    (data / "moe_h200.json").write_text(json.dumps({"format": "something else", "measurements": []}))
+    assert vm.main(["--data", str(data), "--out", str(tmp_path / "out")]) == 2
+    assert "not a published MoE file" in capsys.readouterr().err
