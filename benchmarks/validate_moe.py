@@ -14,9 +14,14 @@ It reports, in seconds per layer on one GPU, the error per GPU and precision, pe
 two orderings a search relies on: the split (MoE TP n vs EP n at the same tokens) and close pairs of
 cases on one GPU, precision and token count (another model or split), banded by measured ratio.
 
-Usage (from the repository root; seconds)::
+``--fit`` also fits the serving model's two grouped-GEMM factors, ``Runtime.grouped_gemm_efficiency`` and
+``Runtime.expert_tile_overhead_s``, on these calls alone (a grid, least mean absolute log error; the other
+``Runtime()`` defaults kept) and reports the same figures with them: the kernel-level measurement of what the
+serving fit sets from whole-model rows.
 
-    python benchmarks/validate_moe.py [--out benchmarks/results]
+Usage (from the repository root; seconds, about a minute with ``--fit``)::
+
+    python benchmarks/validate_moe.py [--fit] [--out benchmarks/results]
 
 Writes ``moe_kernels.md`` and ``moe_kernels.json`` into ``--out``.
 """
@@ -24,7 +29,9 @@ Writes ``moe_kernels.md`` and ``moe_kernels.json`` into ``--out``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -40,6 +47,8 @@ DATA = ROOT / "benchmarks" / "data" / "kernels"
 MOE_OPS = ("moe_permute", "experts_gate_up", "experts_down", "moe_finalize")
 TOKEN_RANGES = ((1, 16, "1-16 tokens"), (64, 1024, "64-1024 tokens"), (4096, 16384, "4096-16384 tokens"))
 BANDS = ((1.0, 1.1), (1.1, 1.25), (1.25, 1.5), (1.5, 2.0))
+GROUPED_GRID = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # Runtime.grouped_gemm_efficiency
+TILE_GRID = (0.0, 0.5e-6, 1e-6, 2e-6, 3e-6, 4e-6, 8e-6)  # Runtime.expert_tile_overhead_s, seconds
 
 
 def layer(case: Mapping[str, Any]) -> Architecture:
@@ -144,6 +153,27 @@ def close_pairs(rows: list[dict[str, Any]]) -> dict[tuple[float, float], tuple[f
     return {b: (c[0], int(c[1])) for b, c in counts.items()}
 
 
+def log_error(rows: list[dict[str, Any]]) -> float:
+    """Mean |log(predicted / measured)| over the predicted rows (a mean, not a median: each call counts, so the
+    calls the factors do not move, such as memory-bound ones, cannot leave a flat minimum)."""
+    errs = [abs(math.log(r["predicted_s"] / r["time_s"])) for r in rows if r["predicted_s"]]
+    return sum(errs) / len(errs)
+
+
+def fit_grouped(cases: list[dict[str, Any]], base: Runtime) -> tuple[Runtime, float]:
+    """``base`` with the grouped-GEMM factors of least :func:`log_error` on ``cases`` over
+    :data:`GROUPED_GRID` x :data:`TILE_GRID`, and that error."""
+    best: tuple[float, Runtime] | None = None
+    for g in GROUPED_GRID:
+        for oh in TILE_GRID:
+            rt = dataclasses.replace(base, grouped_gemm_efficiency=g, expert_tile_overhead_s=oh)
+            e = log_error(predict_all(cases, rt))
+            if best is None or e < best[0]:
+                best = (e, rt)
+    assert best is not None
+    return best[1], best[0]
+
+
 def _pct(x: float) -> str:
     return f"{x * 100:+.0f} %"
 
@@ -205,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=DATA, help="directory of moe_<gpu>.json files")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--fit", action="store_true", help="also fit the two grouped-GEMM factors on these calls")
     args = ap.parse_args(argv)
     paths = sorted(args.data.glob("moe_*.json"))
     if not paths:
@@ -217,6 +248,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     runtime = Runtime(moe_expert_load_cv=0.0)
     text, summary = report(predict_all(cases, runtime), runtime)
+    if args.fit:
+        fitted, err = fit_grouped(cases, runtime)
+        text_fit, summary_fit = report(predict_all(cases, fitted), fitted)
+        head = (f"\n# With the grouped-GEMM factors fitted on these calls\n\n`grouped_gemm_efficiency` "
+                f"{runtime.grouped_gemm_efficiency:g} -> {fitted.grouped_gemm_efficiency:g}, `expert_tile_overhead_s` "
+                f"{runtime.expert_tile_overhead_s:g} -> {fitted.expert_tile_overhead_s:g} s (grid "
+                f"{list(GROUPED_GRID)} x {list(TILE_GRID)}); mean |log error| {log_error(predict_all(cases, runtime)):.3f} "
+                f"-> {err:.3f}. The other `Runtime()` defaults are kept.\n")
+        text += head + text_fit.split("\n", 1)[1].replace("\n## ", "\n### ")
+        summary["fitted"] = summary_fit | {"log_error": err}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "moe_kernels.md").write_text(text)
     (args.out / "moe_kernels.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")

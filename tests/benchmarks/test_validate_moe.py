@@ -77,3 +77,15 @@ def test_main_writes_the_report_and_refuses_an_empty_directory(tmp_path: Path, c
     (data / "moe_h200.json").write_text(json.dumps({"format": "something else", "measurements": []}))
     assert vm.main(["--data", str(data), "--out", str(tmp_path / "out")]) == 2
     assert "not a published MoE file" in capsys.readouterr().err
+
+
+def test_the_grouped_gemm_fit_recovers_factors_that_timed_the_calls() -> None:
+    """Calls timed by the model itself at grouped_gemm_efficiency 0.6 and 1 us per expert tile (on the grids)
+    fit back to exactly those, at zero error; the catalog defaults do not."""
+    truth = Runtime(moe_expert_load_cv=0.0, grouped_gemm_efficiency=0.6, expert_tile_overhead_s=1e-6)
+    cases = [c for c in vm.load(sorted(vm.DATA.glob("moe_h200.json"))) if c["tokens"] in (16, 4096, 16384)][::10]
+    timed = [{**c, "time_s": vm.predict_s(c, c["gpu"], truth)} for c in cases]
+    fitted, err = vm.fit_grouped(timed, Runtime(moe_expert_load_cv=0.0))
+    assert (fitted.grouped_gemm_efficiency, fitted.expert_tile_overhead_s) == (0.6, 1e-6)
+    assert err == pytest.approx(0.0, abs=1e-12)
+    assert vm.log_error(vm.predict_all(timed, Runtime(moe_expert_load_cv=0.0))) > 0.3
