@@ -107,8 +107,12 @@ class GPU:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "peak_flops_per_s", MappingProxyType(dict(self.peak_flops_per_s)))
-        object.__setattr__(self, "gemm_efficiency_by_precision",
-                           MappingProxyType({p: float(v) for p, v in dict(self.gemm_efficiency_by_precision).items()}))
+        try:
+            by_precision = {p: float(v) for p, v in dict(self.gemm_efficiency_by_precision).items()}
+        except (TypeError, ValueError):
+            raise ValueError(f"GPU {self.name!r}: gemm_efficiency_by_precision must map precision -> number, got "
+                             f"{self.gemm_efficiency_by_precision!r}") from None
+        object.__setattr__(self, "gemm_efficiency_by_precision", MappingProxyType(by_precision))
         object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
         object.__setattr__(self, "gemm_tiles", tuple(self._checked_tile(t) for t in self.gemm_tiles))
         object.__setattr__(self, "attention_head_dims", tuple(sorted(int(d) for d in self.attention_head_dims)))

@@ -163,3 +163,5 @@ def test_gemm_efficiency_per_precision_rejects_bad_entries(tmp_path, text, match
     f.write_text("name: h100\n" + text)
     with pytest.raises(ValueError, match=match):
         load_gpu(f)
+    with pytest.raises(ValueError, match="must map precision -> number"):
+        get_gpu("h100").replace(gemm_efficiency_by_precision={"fp8": "fast"})
