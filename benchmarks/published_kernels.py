@@ -24,8 +24,9 @@ calibration fit and its predicted-vs-measured report run from a clone on any mac
 * MoE layers (``moe_perf``, TensorRT-LLM 1.3.0rc20, ``moe_torch_flow_cutlass``, balanced routing): the
   expert shapes of the MoE models in ``published_serving.json`` (:data:`MOE_SHAPES`), bf16 / fp8 / nvfp4,
   :data:`MOE_TOKENS` tokens into the layer on one GPU, every MoE TP x EP split of 1-8 GPUs. One call is the
-  whole fused MoE op on one rank (routing-independent permute, both grouped GEMMs, finalize); the collector
-  feeds every token to the rank, which computes the experts it holds. They go to ``moe_<gpu>.json``, read by
+  whole fused MoE op on one rank (permute, both grouped GEMMs, finalize), read here as ``num_tokens`` tokens
+  entering the layer on that GPU, which computes the experts it holds (AIConfigurator's collector builds the
+  rank's MoE module from a TP x EP mapping and times it on one GPU). They go to ``moe_<gpu>.json``, read by
   ``benchmarks/validate_moe.py`` (not a ``calibrate_gpu.py`` case).
 
 The hardware-specific part needs pandas and pyarrow, which the project does not depend on; run it in
@@ -56,7 +57,7 @@ DEFAULT_OUT = ROOT / "benchmarks" / "data" / "kernels"
 FORMAT = "co-design calibrate_gpu v1"  # calibrate_gpu.FORMAT (not imported: this runs outside the project's venv)
 PACKAGE = "aiconfigurator-core 0.12.0"
 REPOSITORY = "https://github.com/ai-dynamo/aiconfigurator"
-# AIConfigurator system directory -> (catalog GPU, device name as AIConfigurator records it)
+# AIConfigurator system directory -> catalog GPU
 SYSTEMS = {"h100_sxm": "h100", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200",
            "gb300": "gb300"}
 TRTLLM = "1.3.0rc20"  # the TensorRT-LLM collection every one of these systems has for GEMM and attention
