@@ -616,38 +616,39 @@ def _tile_table(gpu: GPU, ms: Sequence[Measurement]) -> list[str]:
 PAIR_BANDS = ((1.0, 1.1), (1.1, 1.25), (1.25, 1.5), (1.5, 2.0))
 
 
-def gemm_close_pairs(gpu: GPU, ms: Sequence[Measurement]) -> dict[str, dict[tuple[float, float], tuple[float, int]]]:
-    """Per precision and band of measured time ratio: (pairs the model orders as measured, pairs).
+def ordered_by_band(pairs: Iterable[tuple[float, float, float, float]]
+                    ) -> dict[tuple[float, float], tuple[float, int]]:
+    """Per band of ``PAIR_BANDS``: (pairs the model orders as measured, pairs), from (measured a, measured b,
+    predicted a, predicted b) tuples. The band is the measured ratio slower / faster; a measured tie or a ratio
+    of 2 or more counts nowhere; a predicted tie counts half (a coin toss)."""
+    counts = {band: [0.0, 0] for band in PAIR_BANDS}
+    for ma, mb, pa, pb in pairs:
+        ratio = max(ma, mb) / min(ma, mb)
+        band = next((bd for bd in PAIR_BANDS if bd[0] <= ratio < bd[1]), None)
+        if band is None or ratio == 1.0:
+            continue
+        counts[band][0] += 0.5 if pa == pb else float((pa > pb) == (ma > mb))
+        counts[band][1] += 1
+    return {band: (c[0], int(c[1])) for band, c in counts.items()}
 
-    A pair is two measured GEMMs of one precision that share N and K and differ in M, or share M
-    and differ in N or K: a shape change a search makes. Ratio = slower / faster as measured. Two
-    cases the model predicts equal count as half ordered (a coin toss). Bands are ``PAIR_BANDS``.
-    """
+
+def gemm_close_pairs(gpu: GPU, ms: Sequence[Measurement]) -> dict[str, dict[tuple[float, float], tuple[float, int]]]:
+    """Per precision, :func:`ordered_by_band` of the pairs of measured GEMMs of that precision that share N and K
+    and differ in M, or share M and differ in N or K: a shape change a search makes."""
     by: dict[str, list[tuple[Measurement, float]]] = {}
     for m in ms:
         if m.kind == "gemm" and m.ok:
             p = m.params
             by.setdefault(p["precision"], []).append((m, gemm(gpu, p["m"], p["n"], p["k"], weights=p["precision"],
                                                                activations=p["precision"]).time_s))
-    out: dict[str, dict[tuple[float, float], tuple[float, int]]] = {}
-    for prec, cases in by.items():
-        counts = {band: [0.0, 0] for band in PAIR_BANDS}
-        for i, (a, pa) in enumerate(cases):
-            for b, pb in cases[i + 1:]:
-                x, y = a.params, b.params
-                same = (x["n"], x["k"]) == (y["n"], y["k"]) or x["m"] == y["m"]
-                if not same:
-                    continue
-                ratio = max(a.seconds, b.seconds) / min(a.seconds, b.seconds)
-                band = next((bd for bd in PAIR_BANDS if bd[0] <= ratio < bd[1]), None)
-                if band is None or ratio == 1.0:
-                    continue
-                measured_a_slower = a.seconds > b.seconds
-                ordered = 0.5 if pa == pb else float((pa > pb) == measured_a_slower)
-                counts[band][0] += ordered
-                counts[band][1] += 1
-        out[prec] = {band: (c[0], int(c[1])) for band, c in counts.items()}
-    return out
+
+    def shape_change(x: Mapping[str, Any], y: Mapping[str, Any]) -> bool:
+        return (x["n"], x["k"]) == (y["n"], y["k"]) or x["m"] == y["m"]
+
+    return {prec: ordered_by_band((a.seconds, b.seconds, pa, pb)
+                                  for i, (a, pa) in enumerate(cases) for b, pb in cases[i + 1:]
+                                  if shape_change(a.params, b.params))
+            for prec, cases in by.items()}
 
 
 def _pairs_table(before: GPU, after: GPU, ms: Sequence[Measurement]) -> list[str]:

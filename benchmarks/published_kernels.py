@@ -177,10 +177,11 @@ def dumps(doc: Mapping[str, Any]) -> str:
 
 
 def _dedupe(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One case per kind and params: a repeated shape keeps its median time."""
+    """One case per everything but its time: a repeated case keeps its median time (the upper middle one of an
+    even count)."""
     by: dict[str, list[dict[str, Any]]] = {}
     for c in cases:
-        by.setdefault(json.dumps([c["kind"], c["params"]], sort_keys=True), []).append(c)
+        by.setdefault(json.dumps({k: v for k, v in c.items() if k != "time_s"}, sort_keys=True), []).append(c)
     out = []
     for group in by.values():
         times = sorted(c["time_s"] for c in group)
@@ -236,10 +237,7 @@ def extract_moe(data_dir: Path, system: str) -> dict[str, Any] | None:  # pragma
     if not path.exists():
         return None
     rows = pd.read_parquet(path).to_dict("records")
-    by: dict[str, list[dict[str, Any]]] = {}
-    for c in moe_cases(rows):  # one time per case: the median of repeats
-        by.setdefault(json.dumps({k: v for k, v in c.items() if k != "time_s"}, sort_keys=True), []).append(c)
-    cases = [{**g[0], "time_s": sorted(c["time_s"] for c in g)[len(g) // 2]} for g in by.values()]
+    cases = _dedupe(moe_cases(rows))
     return {"format": MOE_FORMAT, "gpu": SYSTEMS[system], "device": str(rows[0]["device"]),
             "source": {"package": PACKAGE, "repository": REPOSITORY, "license": "Apache-2.0",
                        "table": f"aiconfigurator_core/systems/data/{system}/{rel}",

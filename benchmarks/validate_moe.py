@@ -42,11 +42,12 @@ from co_design.hardware import get_gpu
 from co_design.perf.ops import step_ops
 from co_design.perf.types import Deployment, Runtime
 
+from calibrate_gpu import ordered_by_band  # benchmarks/ (the script's directory) is on sys.path
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data" / "kernels"
 MOE_OPS = ("moe_permute", "experts_gate_up", "experts_down", "moe_finalize")
 TOKEN_RANGES = ((1, 16, "1-16 tokens"), (64, 1024, "64-1024 tokens"), (4096, 16384, "4096-16384 tokens"))
-BANDS = ((1.0, 1.1), (1.1, 1.25), (1.25, 1.5), (1.5, 2.0))
 GROUPED_GRID = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # Runtime.grouped_gemm_efficiency
 TILE_GRID = (0.0, 0.5e-6, 1e-6, 2e-6, 3e-6, 4e-6, 8e-6)  # Runtime.expert_tile_overhead_s, seconds
 
@@ -131,26 +132,14 @@ def split_pairs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def close_pairs(rows: list[dict[str, Any]]) -> dict[tuple[float, float], tuple[float, int]]:
-    """Pairs of cases on one GPU, precision and token count (another model or split), banded by measured
-    ratio: (pairs the model orders as measured, a predicted tie counting half; pairs)."""
+    """:func:`calibrate_gpu.ordered_by_band` of the pairs of cases on one GPU, precision and token count (another
+    model or split): (pairs the model orders as measured, a predicted tie counting half; pairs) per band."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in rows:
         if r["predicted_s"] is not None:
             groups.setdefault((r["gpu"], r["precision"], r["tokens"]), []).append(r)
-    counts = {b: [0.0, 0] for b in BANDS}
-    for group in groups.values():
-        for i, a in enumerate(group):
-            for b in group[i + 1:]:
-                ratio = max(a["time_s"], b["time_s"]) / min(a["time_s"], b["time_s"])
-                band = next((bd for bd in BANDS if bd[0] <= ratio < bd[1]), None)
-                if band is None or ratio == 1.0:
-                    continue
-                if a["predicted_s"] == b["predicted_s"]:
-                    counts[band][0] += 0.5
-                else:
-                    counts[band][0] += float((a["predicted_s"] > b["predicted_s"]) == (a["time_s"] > b["time_s"]))
-                counts[band][1] += 1
-    return {b: (c[0], int(c[1])) for b, c in counts.items()}
+    return ordered_by_band((a["time_s"], b["time_s"], a["predicted_s"], b["predicted_s"])
+                           for group in groups.values() for i, a in enumerate(group) for b in group[i + 1:])
 
 
 def log_error(rows: list[dict[str, Any]]) -> float:
@@ -247,14 +236,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"validate_moe: {exc}", file=sys.stderr)
         return 2
     runtime = Runtime(moe_expert_load_cv=0.0)
-    text, summary = report(predict_all(cases, runtime), runtime)
+    rows = predict_all(cases, runtime)
+    text, summary = report(rows, runtime)
     if args.fit:
         fitted, err = fit_grouped(cases, runtime)
         text_fit, summary_fit = report(predict_all(cases, fitted), fitted)
         head = (f"\n# With the grouped-GEMM factors fitted on these calls\n\n`grouped_gemm_efficiency` "
                 f"{runtime.grouped_gemm_efficiency:g} -> {fitted.grouped_gemm_efficiency:g}, `expert_tile_overhead_s` "
                 f"{runtime.expert_tile_overhead_s:g} -> {fitted.expert_tile_overhead_s:g} s (grid "
-                f"{list(GROUPED_GRID)} x {list(TILE_GRID)}); mean |log error| {log_error(predict_all(cases, runtime)):.3f} "
+                f"{list(GROUPED_GRID)} x {list(TILE_GRID)}); mean |log error| {log_error(rows):.3f} "
                 f"-> {err:.3f}. The other `Runtime()` defaults are kept.\n")
         text += head + text_fit.split("\n", 1)[1].replace("\n## ", "\n### ")
         summary["fitted"] = summary_fit | {"log_error": err}
