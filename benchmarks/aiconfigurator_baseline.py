@@ -173,6 +173,36 @@ def _spec_key(spec: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]
 
 
+def task_input(spec: dict[str, Any], model_path: str) -> dict[str, Any]:
+    """AIC's Task input for one agg sweep at the spec's ONE parallel mapping ``[tp, pp, attention_dp, moe_tp,
+    moe_ep]``: its system, backend database (default :data:`AIC_BACKEND` :data:`AIC_DB_VERSION`), ISL/OSL,
+    TTFT/TPOT limits in ms (default none), KV-cache memory fraction and quantization modes."""
+    tp, pp, dp, moe_tp, moe_ep = spec["parallel"]
+    return {
+        "serving_mode": "agg",
+        "model_path": model_path,
+        "system_name": spec["system"],
+        "backend_name": spec.get("backend", AIC_BACKEND),
+        "backend_version": spec.get("version", AIC_DB_VERSION),
+        "isl": spec["isl"],
+        "osl": spec["osl"],
+        "ttft": spec.get("ttft_ms", UNCONSTRAINED_MS),
+        "tpot": spec.get("tpot_ms", UNCONSTRAINED_MS),
+        "pareto_sweep": False,  # evaluate only our TPOT limit, not AIC's TPOT grid
+        "total_gpus": spec["gpus"],
+        "agg_num_gpu_candidates": [spec["gpus"]],
+        "agg_tp_candidates": [tp],
+        "agg_pp_candidates": [pp],
+        "agg_dp_candidates": [dp],
+        "agg_moe_tp_candidates": [moe_tp],
+        "agg_moe_ep_candidates": [moe_ep],
+        "free_gpu_memory_fraction": spec.get("kv_frac", KV_FREE_GPU_MEMORY_FRACTION),
+        "gemm_quant_mode": spec["quant"],
+        "moe_quant_mode": spec["quant"],
+        "kvcache_quant_mode": spec["kv_cache"],
+    }
+
+
 def run_sweep(spec: dict[str, Any], model_path: str) -> dict[str, Any]:
     """One AIC agg sweep (batch x ctx_tokens) at one fixed parallel mapping.
 
@@ -185,31 +215,7 @@ def run_sweep(spec: dict[str, Any], model_path: str) -> dict[str, Any]:
     tp, pp, dp, moe_tp, moe_ep = spec["parallel"]
     t0 = time.perf_counter()
     try:
-        task = Task.from_yaml(
-            {
-                "serving_mode": "agg",
-                "model_path": model_path,
-                "system_name": spec["system"],
-                "backend_name": AIC_BACKEND,
-                "backend_version": AIC_DB_VERSION,
-                "isl": spec["isl"],
-                "osl": spec["osl"],
-                "ttft": spec["ttft_ms"],
-                "tpot": spec["tpot_ms"],
-                "pareto_sweep": False,  # evaluate only our TPOT limit, not AIC's TPOT grid
-                "total_gpus": spec["gpus"],
-                "agg_num_gpu_candidates": [spec["gpus"]],
-                "agg_tp_candidates": [tp],
-                "agg_pp_candidates": [pp],
-                "agg_dp_candidates": [dp],
-                "agg_moe_tp_candidates": [moe_tp],
-                "agg_moe_ep_candidates": [moe_ep],
-                "free_gpu_memory_fraction": KV_FREE_GPU_MEMORY_FRACTION,
-                "gemm_quant_mode": spec["quant"],
-                "moe_quant_mode": spec["quant"],
-                "kvcache_quant_mode": spec["kv_cache"],
-            }
-        )
+        task = Task.from_yaml(task_input(spec, model_path))
         if not list(task.iter_parallel("agg")):
             raise ValueError(f"AIC rejects parallel mapping tp={tp} pp={pp} dp={dp} moe_tp={moe_tp} moe_ep={moe_ep}")
         task.validate()
