@@ -21,8 +21,10 @@ calibration fit and its predicted-vs-measured report run from a clone on any mac
   KV heads as query heads (the case ``calibrate_gpu.attention_work`` counts), heads in
   :data:`ATTENTION_HEADS`.
 
-* MoE layers (``moe_perf``, TensorRT-LLM 1.3.0rc20, ``moe_torch_flow_cutlass``, balanced routing): the
-  expert shapes of the MoE models in ``published_serving.json`` (:data:`MOE_SHAPES`), bf16 / fp8 / nvfp4,
+* MoE layers (``moe_perf``, TensorRT-LLM 1.3.0rc20, the paths of :data:`MOE_KERNELS`, balanced routing): the
+  expert shapes of the MoE models in ``published_serving.json`` (:data:`MOE_SHAPES`), bf16 / fp8 (per-tensor) /
+  ``fp8_block`` (FP8 with one scale per 128 values, the format of the DeepSeek-V3/R1 and Qwen3 FP8 checkpoints;
+  Hopper and Blackwell) / nvfp4,
   :data:`MOE_TOKENS` tokens into the layer on one GPU, every MoE TP x EP split of 1-8 GPUs. One call is the
   whole fused MoE op on one rank (permute, both grouped GEMMs, finalize), read here as ``num_tokens`` tokens
   entering the layer on that GPU, which computes the experts it holds (AIConfigurator's collector builds the
@@ -70,7 +72,11 @@ MOE_SHAPES = {(4096, 1536, 8, 128): "Qwen3-235B-A22B", (2048, 768, 8, 128): "Qwe
               (7168, 2048, 8, 256): "DeepSeek-R1", (5120, 8192, 1, 128): "Llama-4-Maverick-17B-128E",
               (5120, 8192, 1, 16): "Llama-4-Scout-17B-16E", (4096, 14336, 2, 8): "Mixtral-8x7B"}
 MOE_TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 16384)
-MOE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "nvfp4": "nvfp4"}
+MOE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4"}
+# the MoE path TensorRT-LLM runs for each format: CUTLASS, and for block FP8 also DeepGEMM, the only path
+# AIConfigurator measured it on for Blackwell (Hopper's block-FP8 MoE is CUTLASS)
+MOE_KERNELS = {"bf16": ("moe_torch_flow_cutlass",), "fp8": ("moe_torch_flow_cutlass",),
+               "fp8_block": ("moe_torch_flow_cutlass", "deepgemm"), "nvfp4": ("moe_torch_flow_cutlass",)}
 MOE_FORMAT = "co-design published MoE v1"
 ATTENTION_HEADS = (8, 32)
 PREFILL_BATCH = (1, 4)
@@ -143,14 +149,14 @@ def attention_cases(context_rows: Iterable[Mapping[str, Any]], generation_rows: 
 
 
 def moe_cases(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """MoE-layer rows of :data:`MOE_SHAPES` (balanced routing, CUTLASS path, TP x EP <= 8) as dicts:
+    """MoE-layer rows of :data:`MOE_SHAPES` (balanced routing, :data:`MOE_KERNELS` paths, TP x EP <= 8) as dicts:
     model, precision, tokens into the layer, the shape, ``moe_tp`` / ``moe_ep`` and ``time_s``."""
     out = []
     for r in rows:
         model = MOE_SHAPES.get((r["hidden_size"], r["inter_size"], r["topk"], r["num_experts"]))
         prec = MOE_DTYPES.get(r["moe_dtype"])
         tp, ep = int(r["moe_tp_size"]), int(r["moe_ep_size"])
-        if (model is None or prec is None or r["distribution"] != "balanced" or r["kernel_source"] != "moe_torch_flow_cutlass"
+        if (model is None or prec is None or r["distribution"] != "balanced" or r["kernel_source"] not in MOE_KERNELS[prec]
                 or r["num_tokens"] not in MOE_TOKENS or tp * ep > 8):
             continue
         out.append({"model": model, "precision": prec, "tokens": int(r["num_tokens"]), "hidden": int(r["hidden_size"]),

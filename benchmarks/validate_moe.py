@@ -62,9 +62,11 @@ def layer(case: Mapping[str, Any]) -> Architecture:
 
 def predict_s(case: Mapping[str, Any], gpu_name: str, runtime: Runtime) -> float:
     """Seconds the serving model gives the case's MoE ops on one GPU (see the module docstring)."""
-    prec = case["precision"]
+    prec, scaling = case["precision"], "tensor"
+    if prec == "fp8_block":  # FP8 with one scale per 128 values: Deployment.fp8_scaling "block"
+        prec, scaling = "fp8", "block"
     dep = Deployment(tp=case["moe_tp"] * case["moe_ep"], ep=case["moe_ep"], weights=prec, activations=prec,
-                     kv_cache="bf16" if prec == "bf16" else "fp8", runtime=runtime)
+                     kv_cache="bf16" if prec == "bf16" else "fp8", fp8_scaling=scaling, runtime=runtime)
     ops = step_ops(layer(case), get_gpu(gpu_name), dep, decode=float(case["tokens"]), context=1024.0,
                    prefill_tokens=0.0, prefill_len=1024.0)
     return sum(o.time_s for o in ops if o.name in MOE_OPS)
@@ -176,7 +178,7 @@ def report(rows: list[dict[str, Any]], runtime: Runtime) -> tuple[str, dict[str,
     lines = ["# The MoE layer against published MoE-layer measurements", "",
              "Command: `python benchmarks/validate_moe.py`. Measured: TensorRT-LLM 1.3.0rc20's fused MoE op on one GPU "
              "(AIConfigurator perf database, `benchmarks/data/kernels/moe_*.json`, balanced routing). Predicted: the "
-             "serving model's MoE ops (`moe_permute`, `experts_gate_up`, `experts_down`, `moe_finalize`) for the same "
+             "serving model's MoE ops (" + ", ".join(f"`{name}`" for name in MOE_OPS) + ") for the same "
              f"call at `Runtime()` defaults with `moe_expert_load_cv=0`. {len(rows) - refused} cases"
              + (f" ({refused} splits the model refuses left out)" if refused else "") + ". Error = predicted / "
              "measured - 1, seconds per layer on one GPU.", "",
@@ -190,19 +192,20 @@ def report(rows: list[dict[str, Any]], runtime: Runtime) -> tuple[str, dict[str,
             lines.append(f"| {label} | {v['n']} | {v['mdape'] * 100:.0f} % | {_pct(v['signed'])} |")
     lines += ["", "## MoE TP n against EP n", "",
               "Time ratio TP / EP at one GPU, precision, model and token count (above 1: expert parallelism is faster).",
-              "", "| tokens | pairs | measured ratio, median | predicted ratio, median | ordered as measured |",
-              "|---|---:|---:|---:|---:|"]
+              "", "| precision | tokens | pairs | measured ratio, median | predicted ratio, median | ordered as measured |",
+              "|---|---|---:|---:|---:|---:|"]
     split_summary = {}
-    for lo, hi, label in TOKEN_RANGES:
-        sel = [s for s in splits if lo <= s["tokens"] <= hi]
-        if not sel:
-            continue
-        ordered = sum((s["measured"] > 1) == (s["predicted"] > 1) for s in sel if s["measured"] != 1)
-        split_summary[label] = {"pairs": len(sel), "measured_median": statistics.median(s["measured"] for s in sel),
-                                "predicted_median": statistics.median(s["predicted"] for s in sel), "ordered": ordered}
-        v = split_summary[label]
-        lines.append(f"| {label} | {v['pairs']} | {v['measured_median']:.2f} | {v['predicted_median']:.2f} "
-                     f"| {ordered}/{len(sel)} |")
+    for prec in ["all"] + sorted({s["precision"] for s in splits}):
+        for lo, hi, label in TOKEN_RANGES:
+            sel = [s for s in splits if lo <= s["tokens"] <= hi and prec in ("all", s["precision"])]
+            if not sel:
+                continue
+            ordered = sum((s["measured"] > 1) == (s["predicted"] > 1) for s in sel if s["measured"] != 1)
+            v = split_summary[label if prec == "all" else f"{prec} {label}"] = {
+                "pairs": len(sel), "measured_median": statistics.median(s["measured"] for s in sel),
+                "predicted_median": statistics.median(s["predicted"] for s in sel), "ordered": ordered}
+            lines.append(f"| {prec} | {label} | {v['pairs']} | {v['measured_median']:.2f} | {v['predicted_median']:.2f} "
+                         f"| {ordered}/{len(sel)} |")
     lines += ["", "## Close pairs", "",
               "Two cases on one GPU, precision and token count (another model or split), banded by the measured time "
               "ratio; a predicted tie counts half.", "", "| band | ordered as measured |", "|---|---:|"]

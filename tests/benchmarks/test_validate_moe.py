@@ -30,6 +30,18 @@ def test_a_case_is_the_moe_ops_of_a_one_layer_model_on_its_split() -> None:
     assert vm.predict_s({**CASE, "moe_tp": 1, "moe_ep": 1}, "h200", rt) > vm.predict_s(CASE, "h200", rt)
 
 
+def test_a_block_fp8_case_runs_block_scaled_fp8() -> None:
+    rt = Runtime(moe_expert_load_cv=0.0)
+    case = {**CASE, "model": "DeepSeek-R1", "precision": "fp8_block", "hidden": 7168, "expert_ffn": 2048,
+            "experts": 256, "moe_tp": 8, "moe_ep": 1, "tokens": 1}
+    dep = Deployment(tp=8, ep=1, weights="fp8", activations="fp8", fp8_scaling="block", runtime=rt)
+    ops = step_ops(vm.layer(case), get_gpu("h200"), dep, decode=1.0, context=1024.0, prefill_tokens=0.0,
+                   prefill_len=1024.0)
+    assert vm.predict_s(case, "h200", rt) == pytest.approx(sum(o.time_s for o in ops if o.name in vm.MOE_OPS))
+    with pytest.raises(ValueError):  # "fp8_block" is a case's label, not a weight format
+        Deployment(tp=8, weights="fp8_block", activations="fp8_block", runtime=rt)
+
+
 def _row(**kw) -> dict:
     return {**CASE, "predicted_s": 1e-4, **kw}
 
