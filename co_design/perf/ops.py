@@ -424,10 +424,13 @@ class _Table:
 
 def step_ops(arch: "Architecture", gpu: "GPU", dep: Deployment, *, decode: float, context: float,
              prefill_tokens: float, prefill_len: float, phase: str = "decode",
-             prompt_on_one_rank: bool = False, eager: bool = False) -> list[OpCost]:
-    """Op table of one step (see :func:`_step`)."""
+             prompt_on_one_rank: bool = False, eager: bool = False, even_routing: bool = False) -> list[OpCost]:
+    """Op table of one step (see :func:`_step`). ``even_routing``: every expert-parallel rank receives exactly
+    its share of the token-expert assignments, over as many distinct experts as that share fills (at most the
+    experts it holds), as a synthetic balanced benchmark routes them; serving routes at random and its busiest
+    rank carries more (the default, :func:`busiest_rank_load` and :func:`busiest_rank_experts`)."""
     return _step(arch, gpu, dep, decode, context, prefill_tokens, prefill_len, phase, True, prompt_on_one_rank,
-                 eager).rows
+                 eager, even_routing).rows
 
 
 def step_time(arch: "Architecture", gpu: "GPU", dep: Deployment, *, decode: float, context: float,
@@ -441,7 +444,7 @@ def step_time(arch: "Architecture", gpu: "GPU", dep: Deployment, *, decode: floa
 
 def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, context: float,
           prefill_tokens: float, prefill_len: float, phase: str, keep: bool,
-          prompt_on_one_rank: bool = False, eager: bool = False) -> _Table:
+          prompt_on_one_rank: bool = False, eager: bool = False, even_routing: bool = False) -> _Table:
     """Op table of one step of one replica on its busiest GPU.
 
     ``decode``: sequences decoding one token each, with ``context`` cached
@@ -562,8 +565,12 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
         t.gemm("router", t_attn, e, h, count, w="bf16", a="bf16")
         # the busiest expert-parallel rank sets the pace: its token-expert assignments (routing skew and
         # finite-batch spread, busiest_rank_load) and its distinct experts (busiest_rank_experts)
-        local = busiest_rank_load(e, k, tokens, dep.ep, dep.runtime.moe_expert_load_cv)
-        touched = busiest_rank_experts(e, k, max(1, round(tokens)), dep.ep) if tokens > 0 else 0.0
+        if even_routing:
+            local = tokens * k / dep.ep
+            touched = min(e / dep.ep, local)
+        else:
+            local = busiest_rank_load(e, k, tokens, dep.ep, dep.runtime.moe_expert_load_cv)
+            touched = busiest_rank_experts(e, k, max(1, round(tokens)), dep.ep) if tokens > 0 else 0.0
         touched_n = max(1, min(s.experts, round(touched)))
         imbalance = local / (tokens * k / dep.ep) if tokens > 0 else 1.0
         # attention-DP MoE exchange (TensorRT-LLM 1.0, fused_moe_cutlass.select_alltoall_method_type): an

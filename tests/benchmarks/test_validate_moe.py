@@ -21,7 +21,7 @@ CASE = {"model": "Qwen3-235B-A22B", "precision": "fp8", "tokens": 256, "hidden":
 def test_a_case_is_the_moe_ops_of_a_one_layer_model_on_its_split() -> None:
     rt = Runtime(moe_expert_load_cv=0.0)
     ops = step_ops(vm.layer(CASE), get_gpu("h200"), Deployment(tp=8, ep=4, weights="fp8", activations="fp8", runtime=rt),
-                   decode=256.0, context=1024.0, prefill_tokens=0.0, prefill_len=1024.0)
+                   decode=256.0, context=1024.0, prefill_tokens=0.0, prefill_len=1024.0, even_routing=True)
     names = {o.name for o in ops}
     assert set(vm.MOE_OPS) <= names and {"router", "attn_all_reduce"} <= names  # the others exist, but are not summed
     assert vm.predict_s(CASE, "h200", rt) == pytest.approx(sum(o.time_s for o in ops if o.name in vm.MOE_OPS))
@@ -36,7 +36,7 @@ def test_a_block_fp8_case_runs_block_scaled_fp8() -> None:
             "experts": 256, "moe_tp": 8, "moe_ep": 1, "tokens": 1}
     dep = Deployment(tp=8, ep=1, weights="fp8", activations="fp8", fp8_scaling="block", runtime=rt)
     ops = step_ops(vm.layer(case), get_gpu("h200"), dep, decode=1.0, context=1024.0, prefill_tokens=0.0,
-                   prefill_len=1024.0)
+                   prefill_len=1024.0, even_routing=True)
     assert vm.predict_s(case, "h200", rt) == pytest.approx(sum(o.time_s for o in ops if o.name in vm.MOE_OPS))
     with pytest.raises(ValueError):  # "fp8_block" is a case's label, not a weight format
         Deployment(tp=8, weights="fp8_block", activations="fp8_block", runtime=rt)

@@ -190,6 +190,27 @@ def test_experts_on_busiest_rank_in_the_op_table():
     assert base <= up.bytes <= base + touched * rows * 1024 * 8 * 16
 
 
+def test_even_routing_gives_every_rank_its_exact_share():
+    # a synthetic balanced benchmark: 4096 tokens x top-8 over EP8 is 4096 assignments per rank over all 16 of
+    # its experts, 256 tokens each, two whole 128-row tiles; random routing loads the busiest rank a little more,
+    # which at this tile boundary costs a third tile per expert
+    arch = Architecture(hidden=4096, layers=1, heads=32, ffn=1536, vocab=1024, experts=128, experts_per_token=8,
+                        expert_ffn=1536)
+    dep = Deployment(tp=8, ep=8, weights="bf16", activations="bf16", runtime=Runtime(moe_expert_load_cv=0.0))
+    kw = dict(decode=4096, context=100, prefill_tokens=0, prefill_len=1)
+    even = {o.name: o for o in step_ops(arch, get_gpu("h200"), dep, even_routing=True, **kw)}
+    rand = {o.name: o for o in step_ops(arch, get_gpu("h200"), dep, **kw)}
+    assert even["experts_gate_up"].groups == 16 and even["experts_gate_up"].shape == (256, 2 * 1536, 4096)
+    load = busiest_rank_load(128, 8, 4096, 8, 0.0)
+    assert load > 4096 and rand["experts_gate_up"].shape[0] == math.ceil(load / 16) > 256
+    assert rand["experts_gate_up"].time_s > even["experts_gate_up"].time_s
+    # one token, top-8 on EP8: one expert per rank evenly; the busiest of random routing's ranks runs more
+    one = dict(decode=1, context=100, prefill_tokens=0, prefill_len=1)
+    assert {o.name: o for o in step_ops(arch, get_gpu("h200"), dep, even_routing=True, **one)}["experts_down"].groups == 1
+    assert {o.name: o for o in step_ops(arch, get_gpu("h200"), dep, **one)}["experts_down"].groups == \
+        round(busiest_rank_experts(128, 8, 1, 8)) > 1
+
+
 def test_nvfp4_on_hopper_is_refused_not_emulated():
     # H100 has no FP4 tensor cores: the op table refuses W4A4 instead of running it as fp8 math
     # on 4.5-bit weights (a kernel that does not exist); B200 runs it at 0.5625 B per element
