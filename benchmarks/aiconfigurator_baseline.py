@@ -50,7 +50,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO_ROOT / "benchmarks" / "data" / "published_serving.json"
@@ -203,32 +203,41 @@ def task_input(spec: dict[str, Any], model_path: str) -> dict[str, Any]:
     }
 
 
+def agg_frame(spec: dict[str, Any], model_path: str, extra_batches: tuple[int, ...] = ()) -> Any:
+    """Every feasible (batch, ctx_tokens) point of AIC's agg sweep at the spec's one parallel mapping (a pandas
+    DataFrame, AIC's columns; ttft/tpot in ms), over AIC's batch schedule plus ``extra_batches``. Raises what AIC
+    raises when it cannot model the spec (OOM, no perf data, unsupported quantization, a mapping it rejects)."""
+    import aiconfigurator.sdk.sweep as aic_sweep
+    from aiconfigurator.sdk.task_v2 import Task
+
+    task = Task.from_yaml(task_input(spec, model_path))
+    if not list(task.iter_parallel("agg")):
+        tp, pp, dp, moe_tp, moe_ep = spec["parallel"]
+        raise ValueError(f"AIC rejects parallel mapping tp={tp} pp={pp} dp={dp} moe_tp={moe_tp} moe_ep={moe_ep}")
+    task.validate()
+    database = task._load_database(task.system_name, task.backend_name, task.backend_version)
+    kwargs = task.sweep_agg_kwargs(database=database)
+    kwargs["top_k"] = 0  # keep every feasible (batch, ctx_tokens) point, not AIC's top few
+    if not extra_batches:
+        return aic_sweep.sweep_agg(**kwargs)
+    kwargs["max_batch_size"] = max(extra_batches)
+    schedule = aic_sweep._DEFAULT_AGG_BATCH_SCHEDULE
+    aic_sweep._DEFAULT_AGG_BATCH_SCHEDULE = list(schedule) + [b for b in extra_batches if b not in schedule]
+    try:
+        return aic_sweep.sweep_agg(**kwargs)
+    finally:
+        aic_sweep._DEFAULT_AGG_BATCH_SCHEDULE = schedule
+
+
 def run_sweep(spec: dict[str, Any], model_path: str) -> dict[str, Any]:
     """One AIC agg sweep (batch x ctx_tokens) at one fixed parallel mapping.
 
     Returns the best feasible point with batch <= AIC_BATCH_CAP (``best``) and with the extended
     schedule up to max(EXTENDED_BATCHES) (``best_extended``), or ``error`` when AIC cannot model it.
     """
-    import aiconfigurator.sdk.sweep as aic_sweep
-    from aiconfigurator.sdk.task_v2 import Task
-
-    tp, pp, dp, moe_tp, moe_ep = spec["parallel"]
     t0 = time.perf_counter()
     try:
-        task = Task.from_yaml(task_input(spec, model_path))
-        if not list(task.iter_parallel("agg")):
-            raise ValueError(f"AIC rejects parallel mapping tp={tp} pp={pp} dp={dp} moe_tp={moe_tp} moe_ep={moe_ep}")
-        task.validate()
-        database = task._load_database(task.system_name, task.backend_name, task.backend_version)
-        kwargs = task.sweep_agg_kwargs(database=database)
-        kwargs["top_k"] = 0  # keep every feasible (batch, ctx_tokens) point
-        kwargs["max_batch_size"] = max(EXTENDED_BATCHES)
-        schedule = aic_sweep._DEFAULT_AGG_BATCH_SCHEDULE
-        aic_sweep._DEFAULT_AGG_BATCH_SCHEDULE = list(schedule) + [b for b in EXTENDED_BATCHES if b not in schedule]
-        try:
-            frame = aic_sweep.sweep_agg(**kwargs)
-        finally:
-            aic_sweep._DEFAULT_AGG_BATCH_SCHEDULE = schedule
+        frame = agg_frame(spec, model_path, EXTENDED_BATCHES)
     except Exception as exc:  # AIC raises many types (OOM, no perf data, unsupported quant, ...)
         return {"error": f"{type(exc).__name__}: {str(exc)[:400]}", "seconds": time.perf_counter() - t0}
 
@@ -261,10 +270,12 @@ def run_sweep(spec: dict[str, Any], model_path: str) -> dict[str, Any]:
 
 
 class SweepCache:
-    """JSON-lines cache of sweep results keyed by the sweep spec (survives crashes and reruns)."""
+    """JSON-lines cache of sweep results keyed by the sweep spec (survives crashes and reruns); ``run`` makes a
+    missing result (default :func:`run_sweep`)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, run: Callable[[dict[str, Any], str], dict[str, Any]] | None = None) -> None:
         self.path = path
+        self.run = run or run_sweep
         self.entries: dict[str, dict[str, Any]] = {}
         if path.exists():
             for line in path.read_text().splitlines():
@@ -275,7 +286,7 @@ class SweepCache:
     def get_or_run(self, spec: dict[str, Any], model_path: str) -> dict[str, Any]:
         key = _spec_key(spec)
         if key not in self.entries:
-            result = run_sweep(spec, model_path)
+            result = self.run(spec, model_path)
             self.entries[key] = result
             with self.path.open("a") as fh:
                 fh.write(json.dumps({"key": key, "spec": spec, "result": result}) + "\n")

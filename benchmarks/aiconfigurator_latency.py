@@ -211,36 +211,14 @@ POINT_FIELDS = {"bs": int, "global_bs": int, "ctx_tokens": int, "ttft": float, "
 def run_c1_sweep(spec: dict[str, Any], model_path: str) -> dict[str, Any]:
     """One AIC agg sweep (AIC's batch schedule x ctx_tokens, every feasible point) at the spec's mapping;
     returns its batch-1 points (``points``, AIC's column names, ttft/tpot in ms) or ``error``."""
-    import aiconfigurator.sdk.sweep as aic_sweep
-    from aiconfigurator.sdk.task_v2 import Task
-
     t0 = time.perf_counter()
     try:
-        task = Task.from_yaml(base.task_input(spec, model_path))
-        if not list(task.iter_parallel("agg")):
-            raise ValueError(f"AIC rejects parallel mapping {spec['parallel']}")
-        task.validate()
-        database = task._load_database(task.system_name, task.backend_name, task.backend_version)
-        kwargs = task.sweep_agg_kwargs(database=database)
-        kwargs["top_k"] = 0  # keep every feasible (batch, ctx_tokens) point, not AIC's top 10
-        frame = aic_sweep.sweep_agg(**kwargs)
+        frame = base.agg_frame(spec, model_path)
     except Exception as exc:  # AIC raises many types (OOM, no perf data, unsupported quant, ...)
         return {"error": f"{type(exc).__name__}: {str(exc)[:400]}", "seconds": time.perf_counter() - t0}
     ones = frame[frame["bs"] == 1]
     points = [{k: cast(row[k]) for k, cast in POINT_FIELDS.items()} for _, row in ones.iterrows()]
     return {"points": points, "feasible_points": int(len(frame)), "seconds": time.perf_counter() - t0}
-
-
-class C1Cache(base.SweepCache):
-    """The baseline's JSON-lines sweep cache, filled by :func:`run_c1_sweep` instead of its max-throughput sweep."""
-
-    def get_or_run(self, spec: dict[str, Any], model_path: str) -> dict[str, Any]:
-        key = base._spec_key(spec)
-        if key not in self.entries:
-            self.entries[key] = run_c1_sweep(spec, model_path)
-            with self.path.open("a") as fh:
-                fh.write(json.dumps({"key": key, "spec": spec, "result": self.entries[key]}) + "\n")
-        return self.entries[key]
 
 
 def _model_path(model: str, arch: dict[str, Any], workdir: Path) -> str:
@@ -252,7 +230,7 @@ def _model_path(model: str, arch: dict[str, Any], workdir: Path) -> str:
 # Rows
 
 
-def aic_answer(row: dict[str, Any], db: tuple[str, str], cache: C1Cache, workdir: Path) -> dict[str, Any]:
+def aic_answer(row: dict[str, Any], db: tuple[str, str], cache: base.SweepCache, workdir: Path) -> dict[str, Any]:
     """AIC's batch-1 TPOT/TTFT for the row on database ``db``: ``{"tpot_ms", "ttft_ms", ...}`` or ``{"reason"}``."""
     plan = row_spec(row, db)
     if "reason" in plan:
@@ -268,7 +246,7 @@ def aic_answer(row: dict[str, Any], db: tuple[str, str], cache: C1Cache, workdir
             "point": point, "feasible_points": result["feasible_points"]}
 
 
-def evaluate_row(row: dict[str, Any], set_name: str, cache: C1Cache, workdir: Path) -> dict[str, Any]:
+def evaluate_row(row: dict[str, Any], set_name: str, cache: base.SweepCache, workdir: Path) -> dict[str, Any]:
     runtime = runtime_of(row)
     tpot = vp.latency_target(row)[1]
     out: dict[str, Any] = {
@@ -456,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     missing = wanted - {r["id"] for _, r in rows}
     if missing:
         parser.error(f"--rows: {sorted(missing)} are not concurrency-1 TPOT rows of {[p.name for p in DATASETS.values()]}")
-    cache = C1Cache(args.cache)
+    cache = base.SweepCache(args.cache, run_c1_sweep)
     results = []
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="aic_models_") as tmp:

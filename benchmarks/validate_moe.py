@@ -51,8 +51,8 @@ DATA = ROOT / "benchmarks" / "data" / "kernels"
 MOE_OPS = ("moe_permute", "experts_gate_up", "experts_down", "moe_finalize")
 TOKEN_RANGES = ((1, 16, "1-16 tokens"), (64, 1024, "64-1024 tokens"), (4096, 16384, "4096-16384 tokens"))
 GROUPED_GRID = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # Runtime.grouped_gemm_efficiency
-SPLIT_APART = 1.1  # TP-vs-EP pairs measured at least this far apart: the split a search must order
 TILE_GRID = (0.0, 0.5e-6, 1e-6, 2e-6, 3e-6, 4e-6, 8e-6)  # Runtime.expert_tile_overhead_s, seconds
+SPLIT_APART = 1.1  # TP-vs-EP pairs measured at least this far apart: the split a search must order
 
 
 def layer(case: Mapping[str, Any]) -> Architecture:
