@@ -94,6 +94,9 @@ _BF16 = 2.0
 _BLOCK_QUANT_INPUTS = frozenset({"qkv_proj", "qkv_a_proj", "q_proj", "q_b_proj", "kv_b_proj", "o_proj", "gate_up_proj",
                                  "shared_gate_up"})
 _FP8_GROUP = 128  # activation values per scale
+# output columns per tile of the block-scaled FP8 grouped GEMM (one weight scale block wide): the tiles it
+# launches for an expert with no rows (Runtime.idle_expert_tile_s)
+_IDLE_TILE_COLS = 128
 _NODE_GPUS = 8  # GPUs of one HGX node (one NVLink baseboard); a larger NVLink domain is multi-node NVLink (NVL72)
 
 
@@ -338,6 +341,7 @@ class _Table:
         self.grouped_bw = runtime.grouped_gemm_bandwidth_efficiency
         self.attn, self.fp4_eff = runtime.attention_efficiency, runtime.nvfp4_compute_efficiency
         self.tile_oh = runtime.expert_tile_overhead_s
+        self.idle_tile_s = runtime.idle_expert_tile_s / gpu.sms  # per idle expert tile, spread over the SMs
         self.kernel_oh = gpu.kernel_overhead_s + runtime.kernel_gap_s  # seconds per kernel launched
         self.coll_oh = runtime.collective_overhead_s
         self.bw = gpu.hbm_bytes_per_s * gpu.memory_efficiency * self.bw_eff
@@ -358,10 +362,12 @@ class _Table:
         return nbytes / seconds / self.gpu.hbm_bytes_per_s
 
     def gemm(self, name: str, m: float, n: int, k: int, count: float, *, w: str, a: str, groups: int = 1,
-             grouped: bool = False, side_stream: bool = False) -> None:
+             grouped: bool = False, side_stream: bool = False, idle_groups: int = 0) -> None:
         """A GEMM (and its input's quantization kernel under block-scaled FP8). ``side_stream``: it runs on an
         auxiliary CUDA stream beside a longer chain of kernels, so its launches overlap that chain's (its
-        FLOPs and bytes still share the GPU's rates)."""
+        FLOPs and bytes still share the GPU's rates). ``idle_groups``: groups of a grouped GEMM that get no
+        rows; a block-scaled FP8 kernel still launches their ``ceil(n / 128)`` output tiles
+        (``Runtime.idle_expert_tile_s``)."""
         m = math.ceil(m)
         if m <= 0 or n <= 0 or k <= 0 or count <= 0:
             return
@@ -377,6 +383,8 @@ class _Table:
                  tile_overhead_s=self.tile_oh if grouped else 0.0,
                  token_tiles=grouped, kernel_overhead_s=0.0 if side_stream else self.kernel_oh)
         t, bound = self._launched(g.time_s, g.bound)
+        if idle_groups > 0 and self.block_fp8 and a == "fp8":
+            t += idle_groups * -(-n // _IDLE_TILE_COLS) * self.idle_tile_s
         self.by_bound[bound] += t * count
         if not self.keep:
             return
@@ -589,8 +597,10 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
         n_up = s.expert_ffn * (2 if arch.gated_ffn else 1)
         m_e = local / touched_n  # tokens per touched expert
         # gated activation fused into the first grouped GEMM's epilogue (CUTLASS MoE)
-        t.gemm("experts_gate_up", m_e, n_up, h, count, w=w, a=a, groups=touched_n, grouped=True)
-        t.gemm("experts_down", m_e, h, s.expert_ffn, count, w=w, a=a, groups=touched_n, grouped=True)
+        idle = s.experts - touched_n  # held but given no tokens this step (block-scaled FP8 still tiles them)
+        t.gemm("experts_gate_up", m_e, n_up, h, count, w=w, a=a, groups=touched_n, grouped=True, idle_groups=idle)
+        t.gemm("experts_down", m_e, h, s.expert_ffn, count, w=w, a=a, groups=touched_n, grouped=True,
+               idle_groups=idle)
         # finalize: weighted sum of each token's k outputs (+ residual); rides the FFN all-reduce under TP
         t.mem("moe_finalize", local * h * _BF16 + tokens * h * _BF16, count, fused=s.a_dp == 1 and tp > 1)
         if s.shared_ffn:

@@ -67,6 +67,17 @@ class Runtime:
       costs an SM beyond its main loop (per-group problem setup, pipeline fill,
       epilogue) that the grouped kernel does not hide; fine-grained experts with
       few tokens each pay it on little work.
+    * ``idle_expert_tile_s``: seconds of one SM each output tile costs that a
+      block-scaled FP8 grouped expert GEMM launches for a local expert that got
+      no tokens. Those kernels size their grid over every expert the rank holds
+      (TensorRT-LLM's FP8 block-scale grouped GEMM: grid z = the number of local
+      experts, one 128-column tile per block of the output), so an idle expert's
+      tiles still start, read their expert's row count and exit; spread over the
+      SMs, they cost ``tiles x idle_expert_tile_s / sms``. Splitting experts by
+      TP keeps every expert on every rank, so at few tokens most are idle: it
+      is why TP-sliced block-FP8 experts are slower than expert parallelism at
+      low concurrency. Fitted on NVIDIA's published MoE-layer measurements
+      (``benchmarks/validate_moe.py --fit``), not on serving rows.
     * ``collective_efficiency``: fraction of the GPU's collective bus bandwidth
       (``collective_efficiency`` of the GPU) reached by the runtime's collectives.
     * ``kernel_gap_s``: seconds each kernel of a serving step costs beyond the
@@ -132,6 +143,7 @@ class Runtime:
     grouped_gemm_bandwidth_efficiency: float = 0.69
     attention_efficiency: float = 0.8
     expert_tile_overhead_s: float = 0.0
+    idle_expert_tile_s: float = 0.0
     collective_efficiency: float = 0.7
     kernel_gap_s: float = 2e-6
     collective_overhead_s: float = 15e-6
@@ -184,7 +196,7 @@ class Runtime:
         if not 0 < self.kv_cache_memory_fraction <= 1:
             raise ValueError(f"Runtime.kv_cache_memory_fraction must be in (0, 1], got {self.kv_cache_memory_fraction}")
         for name in ("reserve_bytes", "iteration_overhead_s", "request_overhead_s", "moe_expert_load_cv",
-                     "expert_tile_overhead_s", "kernel_gap_s", "collective_overhead_s", "eager_launch_s",
+                     "expert_tile_overhead_s", "idle_expert_tile_s", "kernel_gap_s", "collective_overhead_s", "eager_launch_s",
                      "first_token_overhead_s"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"Runtime.{name} must be >= 0, got {getattr(self, name)}")

@@ -323,3 +323,33 @@ def test_swap_ab_tiles_serve_small_batches_and_tile_latency_adds():
     assert lat.bound == small.bound == "memory"
     waves = math.ceil(8192 // lat.tile[1] / 148)
     assert lat.time_s == pytest.approx(small.time_s + waves * 2e-6)
+
+
+def test_block_fp8_experts_pay_for_the_tiles_of_idle_local_experts():
+    # DeepSeek-R1's expert shape, one token, top-8, on 8 GPUs: TP8 keeps all 256 experts on every rank (8 get the
+    # token, 248 idle), EP8 keeps 32 (1 gets it, 31 idle). The block-scaled FP8 grouped GEMM launches
+    # ceil(n / 128) tiles per idle expert: gate_up n = 2 * 2048 / tp, down n = 7168
+    arch = Architecture(hidden=7168, layers=1, heads=56, ffn=2048, vocab=1024, experts=256, experts_per_token=8,
+                        expert_ffn=2048)
+    gpu, idle_s = get_gpu("h200"), 0.5e-6
+    kw = dict(decode=1, context=100, prefill_tokens=0, prefill_len=1, even_routing=True)
+
+    def moe(tp, ep, scaling, seconds):
+        dep = Deployment(tp=tp, ep=ep, weights="fp8", activations="fp8", fp8_scaling=scaling,
+                         runtime=Runtime(idle_expert_tile_s=seconds))
+        ops = {o.name: o for o in step_ops(arch, gpu, dep, **kw)}
+        return ops["experts_gate_up"].time_s, ops["experts_down"].time_s
+
+    for tp, ep, idle, up_tiles in ((8, 1, 248, 4), (8, 8, 31, 32)):
+        up0, down0 = moe(tp, ep, "block", 0.0)
+        up1, down1 = moe(tp, ep, "block", idle_s)
+        assert up1 - up0 == pytest.approx(idle * up_tiles * idle_s / gpu.sms)
+        assert down1 - down0 == pytest.approx(idle * 56 * idle_s / gpu.sms)
+        # per-tensor FP8 runs a grouped GEMM over the experts that have rows only: no change
+        assert moe(tp, ep, "tensor", idle_s) == moe(tp, ep, "tensor", 0.0)
+    # the default (0) is the runtimes whose kernels skip idle experts: TP8 and EP8 then cost about the same
+    tp8, ep8 = sum(moe(8, 1, "block", 0.0)), sum(moe(8, 8, "block", 0.0))
+    assert tp8 == pytest.approx(ep8, rel=0.1)
+    assert sum(moe(8, 1, "block", idle_s)) > 2 * sum(moe(8, 8, "block", idle_s))
+    with pytest.raises(ValueError, match="idle_expert_tile_s"):
+        Runtime(idle_expert_tile_s=-1e-6)
