@@ -53,6 +53,10 @@ TOKEN_RANGES = ((1, 16, "1-16 tokens"), (64, 1024, "64-1024 tokens"), (4096, 163
 GROUPED_GRID = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # Runtime.grouped_gemm_efficiency
 TILE_GRID = (0.0, 0.5e-6, 1e-6, 2e-6, 3e-6, 4e-6, 8e-6)  # Runtime.expert_tile_overhead_s, seconds
 SPLIT_APART = 1.1  # TP-vs-EP pairs measured at least this far apart: the split a search must order
+IDLE_GRID = (0.0, 0.2e-6, 0.4e-6, 0.5e-6, 0.6e-6, 0.7e-6, 0.8e-6, 0.9e-6, 1.0e-6, 1.2e-6, 1.5e-6)  # idle_expert_tile_s
+# the runtime file that carries TensorRT-LLM's Hopper value to `co-design predict --runtime` and validate_perf
+TENSORRT_LLM_RUNTIME = ROOT / "recipes" / "runtimes" / "tensorrt_llm_hopper.json"
+HOPPER, BLACKWELL = ("h100", "h200"), ("b200", "b300", "gb200", "gb300")
 
 
 def layer(case: Mapping[str, Any]) -> Architecture:
@@ -168,6 +172,71 @@ def fit_grouped(cases: list[dict[str, Any]], base: Runtime) -> tuple[Runtime, fl
     return best[1], best[0]
 
 
+def fit_idle(cases: list[dict[str, Any]], base: Runtime) -> tuple[Runtime, float]:
+    """``base`` with the ``idle_expert_tile_s`` of least :func:`log_error` on the block-scaled FP8 ``cases`` over
+    :data:`IDLE_GRID` (the other fields kept), and that error."""
+    block = [c for c in cases if c["precision"] == "fp8_block"]
+    best = min(((log_error(predict_all(block, rt)), i, rt) for i, rt in
+                enumerate(dataclasses.replace(base, idle_expert_tile_s=v) for v in IDLE_GRID)))
+    return best[2], best[0]
+
+
+def idle_report(cases: list[dict[str, Any]], runtime: Runtime) -> tuple[str, dict[str, Any]]:
+    """The idle-expert-tile section: ``Runtime.idle_expert_tile_s`` fitted per GPU family on the block-scaled FP8
+    calls, the error before and after, the TP-vs-EP time ratios, and the value the TensorRT-LLM Hopper runtime
+    file ships."""
+    shipped = Runtime.load(TENSORRT_LLM_RUNTIME).idle_expert_tile_s if TENSORRT_LLM_RUNTIME.exists() else None
+    grid = ", ".join(f"{v * 1e6:g}" for v in IDLE_GRID)
+    lines = ["", "## Idle expert tiles of block-scaled FP8", "",
+             "TensorRT-LLM's block-scaled FP8 grouped GEMM launches its grid over every expert the rank holds, so "
+             "the tiles of experts that got no tokens still start and exit; splitting experts by TP keeps all of "
+             "them on every rank. `Runtime.idle_expert_tile_s` (seconds of one SM per such tile, one tile per 128 "
+             f"output columns) is fitted per GPU family on its block-FP8 calls over [{grid}] us, the other fields at "
+             "`Runtime()` defaults. Hopper runs TensorRT-LLM's CUTLASS path; Blackwell's calls are DeepGEMM, the "
+             "only path AIConfigurator measured block FP8 on there."
+             + (f" `{TENSORRT_LLM_RUNTIME.relative_to(ROOT)}` ships {shipped * 1e6:g} us (Hopper)." if shipped is not None
+                else "")
+             + " SGLang's and vLLM's block-FP8 MoE kernels (AIConfigurator's SGLang 0.5.14 / vLLM 0.24.0 databases) "
+             "are faster at TP8 than at EP8 at 1-16 tokens, so the product default stays 0.", "",
+             "| GPUs (path) | calls | fitted | tokens | mean abs. log error before | after |", "|---|---:|---:|---|---:|---:|"]
+    summary: dict[str, Any] = {"shipped_s": shipped, "families": {}, "tp_vs_ep": []}
+    fitted_rows: dict[int, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {}
+    for fam_name, fam in (("Hopper (CUTLASS)", HOPPER), ("Blackwell (DeepGEMM)", BLACKWELL)):
+        block = [c for c in cases if c["precision"] == "fp8_block" and c["gpu"] in fam]
+        if not block:
+            continue
+        fitted, err = fit_idle(block, runtime)
+        before, after = predict_all(block, runtime), predict_all(block, fitted)
+        fitted_rows.update({id(c): (c, b, a) for c, b, a in zip(block, before, after)})
+        fam_summary = summary["families"][fam_name] = {"calls": len(block), "fitted_s": fitted.idle_expert_tile_s,
+                                                       "log_error_before": log_error(before), "log_error_after": err}
+        for lo, hi, label in ((1, 16384, "all"),) + TOKEN_RANGES:
+            sel = [i for i, c in enumerate(block) if lo <= c["tokens"] <= hi]
+            if not sel:
+                continue
+            b, a = log_error([before[i] for i in sel]), log_error([after[i] for i in sel])
+            fam_summary[label] = {"calls": len(sel), "log_error_before": b, "log_error_after": a}
+            lines.append(f"| {fam_name} | {len(sel)} | {fitted.idle_expert_tile_s * 1e6:g} us | {label} | {b:.3f} | {a:.3f} |")
+    lines += ["", "TP n against EP n of the block-FP8 checkpoints' models at few tokens (time ratio; above 1: expert "
+              "parallelism is faster), each family at its fitted value:", "",
+              "| GPU | model | split | tokens | measured us (TP / EP) | ratio measured | predicted before | after |",
+              "|---|---|---|---:|---:|---:|---:|---:|"]
+    index = {(c["gpu"], c["model"], c["tokens"], c["moe_tp"], c["moe_ep"]): v for v in fitted_rows.values()
+             for c in (v[0],)}
+    for (g, m, t, tp, ep), (c, b, a) in sorted(index.items()):
+        other = index.get((g, m, t, 1, tp))
+        if ep != 1 or other is None or m not in ("DeepSeek-R1", "Qwen3-235B-A22B") or t > 64 \
+                or tp != max(k[3] for k in index if k[:3] == (g, m, t)) or g not in ("h200", "b200") \
+                or None in (b["predicted_s"], other[1]["predicted_s"]):
+            continue
+        row = {"gpu": g, "model": m, "n": tp, "tokens": t, "measured": c["time_s"] / other[0]["time_s"],
+               "before": b["predicted_s"] / other[1]["predicted_s"], "after": a["predicted_s"] / other[2]["predicted_s"]}
+        summary["tp_vs_ep"].append(row)
+        lines.append(f"| {g} | {m} | TP{tp} vs EP{tp} | {t} | {c['time_s'] * 1e6:.0f} / {other[0]['time_s'] * 1e6:.0f} "
+                     f"| {row['measured']:.2f} | {row['before']:.2f} | {row['after']:.2f} |")
+    return "\n".join(lines) + "\n", summary
+
+
 def _pct(x: float) -> str:
     return f"{x * 100:+.0f} %"
 
@@ -251,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     runtime = Runtime()
     rows = predict_all(cases, runtime)
     text, summary = report(rows, runtime)
+    text_idle, summary["idle_expert_tiles"] = idle_report(cases, runtime)
+    text += text_idle
     if args.fit:
         fitted, err = fit_grouped(cases, runtime)
         text_fit, summary_fit = report(predict_all(cases, fitted), fitted)

@@ -816,6 +816,90 @@ def runtime_spread_report(predictor: Predictor, rows: list[dict[str, Any]], out:
 
 
 RUNTIMES = ("TensorRT-LLM", "SGLang", "vLLM", "NIM")
+# kernel properties of a runtime on a GPU family that its own published kernel measurements fix and the other
+# runtimes' contradict: TensorRT-LLM's Hopper block-scaled FP8 MoE (CUTLASS) grids over every local expert
+# (validate_moe.py fits the value on its 1.3.0rc20 kernels); SGLang's and vLLM's run faster at TP8 than at EP8,
+# the product default. On Blackwell the published block-FP8 calls are DeepGEMM only, a path TensorRT-LLM serves
+# only when asked to (moe_backend DEEPGEMM), so no Blackwell entry
+RUNTIME_KERNEL_FILES = {("TensorRT-LLM", "Hopper"): ROOT / "recipes" / "runtimes" / "tensorrt_llm_hopper.json"}
+GPU_FAMILIES = {"H100": "Hopper", "H200": "Hopper", "B200": "Blackwell", "B300": "Blackwell", "GB200": "Blackwell",
+                "GB300": "Blackwell"}
+
+
+def runtime_family(row: dict[str, Any]) -> str | None:
+    """The first of :data:`RUNTIMES` the row's ``framework`` names, else None."""
+    return next((n for n in RUNTIMES if n.lower() in row["framework"].lower()), None)
+
+
+def kernel_runtime(row: dict[str, Any], base: Runtime) -> Runtime:
+    """``base`` with the kernel properties of the row's runtime on its GPU family (:data:`RUNTIME_KERNEL_FILES`),
+    else ``base``."""
+    path = RUNTIME_KERNEL_FILES.get((runtime_family(row) or "", GPU_FAMILIES.get(row["hardware"], "")))
+    if path is None:
+        return base
+    fields = json.loads(path.read_text())
+    return Runtime(**(base.to_dict() | fields))
+
+
+def runtime_kernels_report(low: list[dict[str, Any]], test: list[dict[str, Any]], out: Path) -> dict[str, Any]:
+    """Latency rows predicted at the shipped defaults (runtime-blind) and with their runtime's kernel properties
+    (:func:`kernel_runtime`; no refit): the rows that change, TPOT at concurrency 1 within the target, and the
+    TPOT ratio of two mappings at one load; write ``runtime_kernels.md`` and ``.json`` under ``out``."""
+    base = Runtime()
+    sets = [("dev", r) for r in low] + [("test", r) for r in test]
+    sets = [(n, r) for n, r in sets if r.get("concurrency") and r.get("isl") and r.get("osl") and latency_target(r)
+            and not r.get("speculative_decoding")]
+    blind = {r["id"]: predict_row(r, base) for _, r in sets}
+    aware = {r["id"]: predict_row(r, kernel_runtime(r, base)) for _, r in sets}
+    err = lambda q: latency_error(q)  # noqa: E731
+    moved = [(n, r) for n, r in sets if blind[r["id"]].get("latency_predicted") != aware[r["id"]].get("latency_predicted")]
+    files = ", ".join(f"{' on '.join(k)}: `{v.relative_to(ROOT)}` ({json.loads(v.read_text())})"
+                      for k, v in RUNTIME_KERNEL_FILES.items())
+    L = ["# Runtime kernel properties against the latency rows", "",
+         "Command: `python benchmarks/validate_perf.py --runtime-kernels` (seconds). Each latency row (dev: "
+         "`published_low_concurrency.json`, test: `published_latency.json`) predicted twice with the shipped "
+         "`Runtime()` and no refit: runtime-blind, and with the kernel properties of the runtime it was measured on, "
+         f"from that runtime's published kernel measurements, never from these rows ({files}; "
+         "`benchmarks/validate_moe.py` fits it). Error = predicted / measured TPOT - 1.", "",
+         "## Rows whose prediction changes", "",
+         "| id | set | model | GPU | mapping | runtime | conc. | measured ms | runtime-blind | with its runtime's kernels |",
+         "|---|---|---|---|---|---|---:|---:|---:|---:|"]
+    for n, r in moved:
+        b, a = blind[r["id"]], aware[r["id"]]
+        L.append(f"| {r['id']} | {n} | {r['model']} | {r['hardware']} x{r['num_gpus']} | {a.get('mapping')} | "
+                 f"{r['framework'][:40]} | {r['concurrency']} | {b['latency_measured']:.2f} | "
+                 f"{b['latency_predicted']:.2f} ({100 * err(b):+.0f} %) | {a['latency_predicted']:.2f} ({100 * err(a):+.0f} %) |")
+    summary: dict[str, Any] = {"files": {" on ".join(k): str(v.relative_to(ROOT)) for k, v in RUNTIME_KERNEL_FILES.items()},
+                               "moved": [r["id"] for _, r in moved]}
+    L += ["", "## TPOT at concurrency 1", "", "| set | rows | within 15 %, runtime-blind | with its runtime's kernels |",
+          "|---|---:|---:|---:|"]
+    for name in ("dev", "test"):
+        c1 = c1_tpot_rows([r for n, r in sets if n == name])
+        wb = sum(abs(err(blind[r["id"]]) or 9) <= TPOT_TARGET for r in c1)
+        wa = sum(abs(err(aware[r["id"]]) or 9) <= TPOT_TARGET for r in c1)
+        summary[f"c1_{name}"] = {"rows": len(c1), "blind": wb, "aware": wa}
+        L.append(f"| {name} | {len(c1)} | {wb} | {wa} |")
+    rows = [r for _, r in sets]
+    pb, pa = tpot_pairs(rows, blind, "mapping"), tpot_pairs(rows, aware, "mapping")
+    L += ["", "## Two mappings at one load", "",
+          "Latency-row pairs of one model, runtime, GPU, weight format, ISL/OSL and concurrency that differ in mapping: "
+          "TPOT ratio a / b (above 1: b decodes faster).", "",
+          "| a | b | mappings | conc. | measured ratio | runtime-blind | with its runtime's kernels |",
+          "|---|---|---|---:|---:|---:|---:|"]
+    for x, y in zip(pb, pa):
+        L.append(f"| {x['a']} | {x['b']} | {' vs '.join(x['mappings'])} | {x['concurrency']} | {x['meas_ratio']:.2f} "
+                 f"| {x['pred_ratio']:.2f} | {y['pred_ratio']:.2f} |")
+    if pb:
+        (ob, mb), (oa, ma) = ratio_pair_summary(pb), ratio_pair_summary(pa)
+        summary["mapping_pairs"] = {"pairs": len(pb), "ordered_blind": ob, "ordered_aware": oa,
+                                    "ratio_error_blind": mb, "ratio_error_aware": ma}
+        L += ["", f"Ordered as measured: runtime-blind {ob} of {len(pb)}, with the runtime's kernels {oa} of {len(pa)}; "
+              f"median |predicted ratio / measured ratio - 1| {100 * mb:.0f} % -> {100 * ma:.0f} %."]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "runtime_kernels.md").write_text("\n".join(L) + "\n")
+    (out / "runtime_kernels.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print("\n".join(L))
+    return summary
 
 
 def runtime_version(row: dict[str, Any]) -> str | None:
@@ -1100,6 +1184,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--anchored", action="store_true",
                     help="predict each concurrency-1 TPOT row after anchoring the runtime on rows of its runtime "
                          "version measured on other settings; write anchored.md/.json and stop (about a minute)")
+    ap.add_argument("--runtime-kernels", action="store_true",
+                    help="predict the latency rows with the kernel properties of the runtime each was measured on "
+                         "(recipes/runtimes/), beside the runtime-blind defaults; write runtime_kernels.md/.json and "
+                         "stop (seconds)")
     ap.add_argument("--latency-folds", action="store_true",
                     help="refit without each model that has only low-concurrency rows, predict its rows, write "
                          "latency_folds.md/.json and stop")
@@ -1129,6 +1217,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.anchored:
         anchored_report(test_rows, every_low, Path(args.out))
+        predictor.close()
+        return 0
+    if args.runtime_kernels:
+        runtime_kernels_report(every_low, test_rows, Path(args.out))
         predictor.close()
         return 0
     if args.latency_folds:

@@ -101,3 +101,19 @@ def test_the_grouped_gemm_fit_recovers_factors_that_timed_the_calls() -> None:
     assert (fitted.grouped_gemm_efficiency, fitted.expert_tile_overhead_s) == (0.6, 1e-6)
     assert err == pytest.approx(0.0, abs=1e-12)
     assert vm.log_error(vm.predict_all(timed, Runtime(moe_expert_load_cv=0.0))) > 0.3
+
+
+def test_the_idle_tile_fit_recovers_the_value_that_timed_the_calls_and_the_shipped_file_holds_the_hopper_fit() -> None:
+    """Block-FP8 calls timed by the model at 0.5 us per idle expert tile (on the grid) fit back to exactly it; the
+    report fits each GPU family, and the TensorRT-LLM Hopper runtime file carries the Hopper value."""
+    truth = Runtime(moe_expert_load_cv=0.0, idle_expert_tile_s=0.5e-6)
+    cases = [c for c in vm.load([vm.DATA / "moe_h200.json"]) if c["precision"] == "fp8_block" and c["tokens"] <= 64]
+    timed = [{**c, "time_s": vm.predict_s(c, c["gpu"], truth)} for c in cases]
+    fitted, err = vm.fit_idle(timed + [{**CASE, "time_s": 1.0}], Runtime(moe_expert_load_cv=0.0))  # per-tensor: ignored
+    assert fitted.idle_expert_tile_s == 0.5e-6 and err == pytest.approx(0.0, abs=1e-12)
+    text, summary = vm.idle_report(timed, Runtime(moe_expert_load_cv=0.0))
+    assert summary["families"]["Hopper (CUTLASS)"]["fitted_s"] == 0.5e-6
+    assert "## Idle expert tiles of block-scaled FP8" in text and "Blackwell" not in summary["families"]
+    # on the published calls the Hopper fit is what the runtime file ships
+    hopper = [c for c in vm.load([vm.DATA / "moe_h100.json", vm.DATA / "moe_h200.json"]) if c["precision"] == "fp8_block"]
+    assert Runtime.load(vm.TENSORRT_LLM_RUNTIME).idle_expert_tile_s == vm.fit_idle(hopper, Runtime())[0].idle_expert_tile_s

@@ -389,3 +389,25 @@ def test_sweep_anchored_anchors_on_a_settings_concurrency_sweep_and_predicts_the
     for how in ("c1", "sweep"):
         assert i[f"{how}_scale"] == pytest.approx(0.5, rel=1e-6)
         assert i[f"{how}_ms"] == pytest.approx(i["measured_ms"], rel=1e-6)
+
+
+def test_runtime_kernels_apply_tensorrt_llm_hopper_kernels_to_its_rows_only(tmp_path):
+    """A TensorRT-LLM row on Hopper predicts with the TensorRT-LLM Hopper runtime file; an SGLang row on Hopper,
+    and a TensorRT-LLM row on Blackwell, with the runtime-blind defaults. The report's rows that move are
+    exactly the TensorRT-LLM Hopper block-FP8 MoE rows."""
+    from co_design.perf import Runtime
+
+    base = Runtime()
+    hopper_trt = {"framework": "TensorRT-LLM v0.21.0rc2", "hardware": "H200"}
+    assert vp.kernel_runtime(hopper_trt, base).idle_expert_tile_s == Runtime.load(
+        vp.RUNTIME_KERNEL_FILES["TensorRT-LLM", "Hopper"]).idle_expert_tile_s > 0
+    assert vp.kernel_runtime({**hopper_trt, "framework": "SGLang v0.5.12"}, base) == base
+    assert vp.kernel_runtime({**hopper_trt, "hardware": "B200"}, base) == base
+    low, test = (json.loads(f.read_text()) for f in (vp.LOW_DATA, vp.TEST_DATA))
+    summary = vp.runtime_kernels_report(low, test, tmp_path)
+    by_id = {r["id"]: r for r in low + test}
+    assert summary["moved"] and all(
+        vp.runtime_family(by_id[i]) == "TensorRT-LLM" and by_id[i]["hardware"] in ("H100", "H200")
+        and by_id[i]["precision"].get("fp8_scaling") == "block" and by_id[i]["arch"]["family"] != "dense"
+        for i in summary["moved"])
+    assert (tmp_path / "runtime_kernels.md").read_text().startswith("# Runtime kernel properties")
