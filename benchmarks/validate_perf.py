@@ -819,8 +819,8 @@ RUNTIMES = ("TensorRT-LLM", "SGLang", "vLLM", "NIM")
 # kernel properties of a runtime on a GPU family that its own published kernel measurements fix and the other
 # runtimes' contradict: TensorRT-LLM's Hopper block-scaled FP8 MoE (CUTLASS) grids over every local expert
 # (validate_moe.py fits the value on its 1.3.0rc20 kernels); SGLang's and vLLM's run faster at TP8 than at EP8,
-# the product default. On Blackwell the published block-FP8 calls are DeepGEMM only, a path TensorRT-LLM serves
-# only when asked to (moe_backend DEEPGEMM), so no Blackwell entry
+# the product default. On Blackwell the published block-FP8 calls are DeepGEMM only, and TensorRT-LLM's own B200
+# block-FP8 rows (InferenceX, 1.3.0rc14) already run faster than the model predicts without the term: no entry
 RUNTIME_KERNEL_FILES = {("TensorRT-LLM", "Hopper"): ROOT / "recipes" / "runtimes" / "tensorrt_llm_hopper.json"}
 GPU_FAMILIES = {"H100": "Hopper", "H200": "Hopper", "B200": "Blackwell", "B300": "Blackwell", "GB200": "Blackwell",
                 "GB300": "Blackwell"}
@@ -851,7 +851,7 @@ def runtime_kernels_report(low: list[dict[str, Any]], test: list[dict[str, Any]]
             and not r.get("speculative_decoding")]
     blind = {r["id"]: predict_row(r, base) for _, r in sets}
     aware = {r["id"]: predict_row(r, kernel_runtime(r, base)) for _, r in sets}
-    err = lambda q: latency_error(q)  # noqa: E731
+    err = latency_error
     moved = [(n, r) for n, r in sets if blind[r["id"]].get("latency_predicted") != aware[r["id"]].get("latency_predicted")]
     files = ", ".join(f"{' on '.join(k)}: `{v.relative_to(ROOT)}` ({json.loads(v.read_text())})"
                       for k, v in RUNTIME_KERNEL_FILES.items())

@@ -49,7 +49,9 @@ after parallelism; see :class:`Shards`):
   ``experts_down`` grouped GEMMs over the experts the *busiest* expert-parallel
   rank runs (:func:`busiest_rank_experts`) with the tokens it receives
   (:func:`busiest_rank_load`: routing skew from a published statistic plus the
-  binomial spread of a finite batch); ``moe_finalize``; ``shared_*`` for shared
+  binomial spread of a finite batch), under block-scaled FP8 plus the tiles the
+  kernel launches for the rank's idle experts (``Runtime.idle_expert_tile_s``,
+  0 by default); ``moe_finalize``; ``shared_*`` for shared
   experts, on an auxiliary CUDA stream beside the routed chain (TensorRT-LLM's
   ``maybe_execute_in_parallel``, SGLang's dual-stream MoE): their bytes and FLOPs
   count, their launches overlap the routed kernels'.

@@ -75,9 +75,13 @@ class Runtime:
       tiles still start, read their expert's row count and exit; spread over the
       SMs, they cost ``tiles x idle_expert_tile_s / sms``. Splitting experts by
       TP keeps every expert on every rank, so at few tokens most are idle: it
-      is why TP-sliced block-FP8 experts are slower than expert parallelism at
-      low concurrency. Fitted on NVIDIA's published MoE-layer measurements
-      (``benchmarks/validate_moe.py --fit``), not on serving rows.
+      is why TensorRT-LLM's TP-sliced block-FP8 experts are slower than expert
+      parallelism at low concurrency. Default 0: SGLang's and vLLM's block-FP8
+      MoE kernels tile only the experts with rows (they run faster at TP8 than
+      at EP8 at one token). TensorRT-LLM on Hopper: 0.4e-6
+      (``recipes/runtimes/tensorrt_llm_hopper.json``), fitted by
+      ``benchmarks/validate_moe.py`` on NVIDIA's published MoE-layer
+      measurements, not on serving rows.
     * ``collective_efficiency``: fraction of the GPU's collective bus bandwidth
       (``collective_efficiency`` of the GPU) reached by the runtime's collectives.
     * ``kernel_gap_s``: seconds each kernel of a serving step costs beyond the
