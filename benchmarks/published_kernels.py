@@ -30,6 +30,9 @@ calibration fit and its predicted-vs-measured report run from a clone on any mac
   entering the layer on that GPU, which computes the experts it holds (AIConfigurator's collector builds the
   rank's MoE module from a TP x EP mapping and times it on one GPU). They go to ``moe_<gpu>.json``, read by
   ``benchmarks/validate_moe.py`` (not a ``calibrate_gpu.py`` case).
+* The same package's SGLang 0.5.14 and vLLM 0.24.0 MoE tables (:data:`RUNTIME_MOE`): their block-FP8 layers of
+  :data:`MOE_SHAPES` at :data:`RUNTIME_MOE_TOKENS` tokens, each with the kernel the runtime ran, to
+  ``runtime_moe_<gpu>.json``: ``validate_moe.py`` compares how each runtime takes a TP split against an EP split.
 
 The hardware-specific part needs pandas and pyarrow, which the project does not depend on; run it in
 a scratch virtualenv (the Parquet files are in the wheel; no AIConfigurator code runs)::
@@ -78,6 +81,11 @@ MOE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4
 MOE_KERNELS = {"bf16": ("moe_torch_flow_cutlass",), "fp8": ("moe_torch_flow_cutlass",),
                "fp8_block": ("moe_torch_flow_cutlass", "deepgemm"), "nvfp4": ("moe_torch_flow_cutlass",)}
 MOE_FORMAT = "co-design published MoE v1"
+# the other runtimes' MoE databases in the same package: their block-FP8 MoE layers at few tokens, to compare how
+# each runtime's kernels take a TP split against an EP split (validate_moe.py's runtime table)
+RUNTIME_MOE = {"sglang": ("SGLang", "0.5.14"), "vllm": ("vLLM", "0.24.0")}
+RUNTIME_MOE_TOKENS = (1, 4, 16, 64)
+RUNTIME_MOE_FORMAT = "co-design published runtime MoE v1"
 ATTENTION_HEADS = (8, 32)
 PREFILL_BATCH = (1, 4)
 DECODE_BATCH = (1, 16, 64, 256)
@@ -166,6 +174,25 @@ def moe_cases(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return sorted(out, key=key)
 
 
+def runtime_moe_cases(rows: Iterable[Mapping[str, Any]], runtime: str, version: str) -> list[dict[str, Any]]:
+    """Block-FP8 MoE-layer rows of another runtime's table (:data:`MOE_SHAPES`, balanced routing, tokens in
+    :data:`RUNTIME_MOE_TOKENS`, TP x EP <= 8) as dicts like :func:`moe_cases`' plus ``runtime``, ``version``
+    and the ``kernel`` the runtime ran (AIConfigurator's ``kernel_source``)."""
+    out = []
+    for r in rows:
+        model = MOE_SHAPES.get((r["hidden_size"], r["inter_size"], r["topk"], r["num_experts"]))
+        tp, ep = int(r["moe_tp_size"]), int(r["moe_ep_size"])
+        if (model is None or r["moe_dtype"] != "fp8_block" or r["distribution"] != "balanced"
+                or r["num_tokens"] not in RUNTIME_MOE_TOKENS or tp * ep > 8):
+            continue
+        out.append({"runtime": runtime, "version": version, "kernel": str(r["kernel_source"]), "model": model,
+                    "precision": "fp8_block", "tokens": int(r["num_tokens"]), "hidden": int(r["hidden_size"]),
+                    "expert_ffn": int(r["inter_size"]), "top_k": int(r["topk"]), "experts": int(r["num_experts"]),
+                    "moe_tp": tp, "moe_ep": ep, "time_s": _ms_to_s(r["latency"])})
+    key = lambda c: (c["runtime"], c["model"], c["moe_tp"] * c["moe_ep"], c["moe_ep"], c["tokens"], c["kernel"])
+    return sorted(out, key=key)
+
+
 def document(gpu: str, device: str, cases: list[dict[str, Any]], sources: Mapping[str, str]) -> dict[str, Any]:
     """A ``calibrate_gpu.py --from-json`` file: the catalog GPU, where the numbers come from, the cases."""
     meta = {"name": f"{device} (published: AIConfigurator perf database)", "torch": "n/a (TensorRT-LLM kernels)",
@@ -251,6 +278,28 @@ def extract_moe(data_dir: Path, system: str) -> dict[str, Any] | None:  # pragma
             "measurements": cases}
 
 
+def extract_runtime_moe(data_dir: Path, system: str) -> dict[str, Any] | None:  # pragma: no cover - needs pandas
+    """The other runtimes' block-FP8 MoE document of one system directory (None where neither has a table)."""
+    import pandas as pd
+
+    cases, tables, device = [], {}, None
+    for key, (runtime, version) in RUNTIME_MOE.items():
+        rel = f"moe/{key}/{version}/moe_perf.parquet"
+        path = data_dir / system / rel
+        if not path.exists():
+            continue
+        rows = pd.read_parquet(path).to_dict("records")
+        cases += _dedupe(runtime_moe_cases(rows, runtime, version))
+        tables[f"{runtime} {version}"] = f"aiconfigurator_core/systems/data/{system}/{rel}"
+        device = device or str(rows[0]["device"])
+    if not cases:
+        return None
+    return {"format": RUNTIME_MOE_FORMAT, "gpu": SYSTEMS[system], "device": device,
+            "source": {"package": PACKAGE, "repository": REPOSITORY, "license": "Apache-2.0", "tables": tables,
+                       "latency_unit": "ms in the source; seconds here"},
+            "measurements": cases}
+
+
 def main(argv: list[str] | None = None) -> int:  # pragma: no cover - needs pandas/pyarrow
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("data_dir", type=Path, help="aiconfigurator_core/systems/data of an unpacked aiconfigurator-core wheel")
@@ -277,6 +326,12 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - needs pand
             path.write_text(dumps(moe))
             print(f"{system} -> {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: "
                   f"{len(moe['measurements'])} MoE layers")
+        other = extract_runtime_moe(args.data_dir, system)
+        if other is not None:
+            path = args.out / f"runtime_moe_{gpu}.json"
+            path.write_text(dumps(other))
+            print(f"{system} -> {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: "
+                  f"{len(other['measurements'])} block-FP8 MoE layers of {', '.join(other['source']['tables'])}")
     return 0
 
 

@@ -16,6 +16,12 @@ It reports, in seconds per layer on one GPU, the error per GPU and precision, pe
 two orderings a search relies on: the split (MoE TP n vs EP n at the same tokens) and close pairs of
 cases on one GPU, precision and token count (another model or split), banded by measured ratio.
 
+It also fits ``Runtime.idle_expert_tile_s`` per GPU family on the block-scaled FP8 calls (the tiles TensorRT-LLM's
+block-FP8 grouped GEMM launches for experts with no tokens; the value ``recipes/runtimes/tensorrt_llm_hopper.json``
+ships) and sets TP n against EP n as each runtime's block-FP8 kernels take it beside the model: TensorRT-LLM from
+these calls, SGLang 0.5.14 and vLLM 0.24.0 from ``benchmarks/data/kernels/runtime_moe_<gpu>.json`` (the same
+package's databases of those runtimes).
+
 ``--fit`` also fits the serving model's two grouped-GEMM factors, ``Runtime.grouped_gemm_efficiency`` and
 ``Runtime.expert_tile_overhead_s``, on these calls alone (a grid, least mean absolute log error; the other
 ``Runtime()`` defaults kept) and reports the same figures with them: the kernel-level measurement of what the
@@ -57,6 +63,9 @@ IDLE_GRID = (0.0, 0.2e-6, 0.4e-6, 0.5e-6, 0.6e-6, 0.7e-6, 0.8e-6, 0.9e-6, 1.0e-6
 # the runtime file that carries TensorRT-LLM's Hopper value to `co-design predict --runtime` and validate_perf
 TENSORRT_LLM_RUNTIME = ROOT / "recipes" / "runtimes" / "tensorrt_llm_hopper.json"
 HOPPER, BLACKWELL = ("h100", "h200"), ("b200", "b300", "gb200", "gb300")
+RUNTIME_FORMAT = "co-design published runtime MoE v1"  # runtime_moe_<gpu>.json (published_kernels.py)
+# the block-FP8 checkpoints' expert shapes and the widest TP n with an EP n to compare it with on every runtime
+RUNTIME_SPLITS = {"DeepSeek-R1": 8, "Qwen3-235B-A22B": 4}
 
 
 def layer(case: Mapping[str, Any]) -> Architecture:
@@ -237,6 +246,59 @@ def idle_report(cases: list[dict[str, Any]], runtime: Runtime) -> tuple[str, dic
     return "\n".join(lines) + "\n", summary
 
 
+def load_runtime_moe(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    """Every case of the given ``runtime_moe_<gpu>.json`` files (SGLang's and vLLM's block-FP8 MoE layers), each
+    with its ``gpu``."""
+    out = []
+    for path in paths:
+        doc = json.loads(Path(path).read_text())
+        if doc.get("format") != RUNTIME_FORMAT:
+            raise ValueError(f"{path}: not a published runtime MoE file (format {doc.get('format')!r})")
+        out += [{**c, "gpu": doc["gpu"]} for c in doc["measurements"]]
+    return out
+
+
+def runtime_split_report(cases: list[dict[str, Any]], others: list[dict[str, Any]],
+                         runtimes: Mapping[str, Runtime]) -> tuple[str, list[dict[str, Any]]]:
+    """TP n against EP n of the block-FP8 checkpoints' expert shapes (:data:`RUNTIME_SPLITS`) at 1-64 tokens as
+    each runtime's kernels take it (TensorRT-LLM: ``cases``; SGLang and vLLM: ``others``) and as the model
+    predicts it under each of ``runtimes`` (label -> Runtime)."""
+    measured: dict[tuple, dict[str, float]] = {}
+    kernels: dict[str, set[str]] = {}
+    for c in cases:
+        if c["precision"] == "fp8_block":
+            measured.setdefault((c["gpu"], c["model"], c["tokens"], c["moe_tp"], c["moe_ep"]), {})["TensorRT-LLM 1.3.0rc20"] = c["time_s"]
+    for c in others:
+        label = f"{c['runtime']} {c['version']}"
+        measured.setdefault((c["gpu"], c["model"], c["tokens"], c["moe_tp"], c["moe_ep"]), {})[label] = c["time_s"]
+        kernels.setdefault(label, set()).add(c["kernel"])
+    labels = ["TensorRT-LLM 1.3.0rc20"] + sorted(kernels)
+    lines = ["", "### Each runtime's kernels against the model", "",
+             "Time ratio TP n / EP n at one GPU, model and token count, measured on each runtime's block-FP8 MoE "
+             "kernels (TensorRT-LLM: the calls above; " + "; ".join(f"{k}: {', '.join(sorted(v))}" for k, v in kernels.items())
+             + " -- `benchmarks/data/kernels/runtime_moe_<gpu>.json`) and predicted; above 1: expert parallelism is "
+             "faster.", "",
+             "| GPU | model | split | tokens | " + " | ".join(f"{x}" for x in labels) + " | "
+             + " | ".join(f"model, {k}" for k in runtimes) + " |",
+             "|---|---|---|---:|" + "---:|" * (len(labels) + len(runtimes))]
+    rows = []
+    for (g, m, t, tp, ep), by in sorted(measured.items()):
+        n = RUNTIME_SPLITS.get(m)
+        if (tp, ep) != (n, 1) or (g, m, t, 1, n) not in measured or g not in ("h100", "h200", "b200"):
+            continue
+        other = measured[g, m, t, 1, n]
+        case = {"model": m, "precision": "fp8_block", "tokens": t, **{k: v for k, v in next(
+            c for c in cases + others if c["model"] == m).items() if k in ("hidden", "expert_ffn", "top_k", "experts")}}
+        ratios = {x: by[x] / other[x] for x in labels if x in by and x in other}
+        pred = {k: predict_s({**case, "moe_tp": n, "moe_ep": 1}, g, rt) / predict_s({**case, "moe_tp": 1, "moe_ep": n}, g, rt)
+                for k, rt in runtimes.items()}
+        rows.append({"gpu": g, "model": m, "n": n, "tokens": t, "measured": ratios, "predicted": pred})
+        lines.append(f"| {g} | {m} | TP{n} vs EP{n} | {t} | " + " | ".join(
+            f"{ratios[x]:.2f}" if x in ratios else "-" for x in labels) + " | "
+            + " | ".join(f"{pred[k]:.2f}" for k in runtimes) + " |")
+    return "\n".join(lines) + "\n", rows
+
+
 def _pct(x: float) -> str:
     return f"{x * 100:+.0f} %"
 
@@ -322,6 +384,13 @@ def main(argv: list[str] | None = None) -> int:
     text, summary = report(rows, runtime)
     text_idle, summary["idle_expert_tiles"] = idle_report(cases, runtime)
     text += text_idle
+    others = load_runtime_moe(sorted(args.data.glob("runtime_moe_*.json")))
+    if others:
+        trt = {"default (0)": runtime}
+        if TENSORRT_LLM_RUNTIME.exists():
+            trt[f"`{TENSORRT_LLM_RUNTIME.name}`"] = Runtime.load(TENSORRT_LLM_RUNTIME)
+        text_rt, summary["runtime_splits"] = runtime_split_report(cases, others, trt)
+        text += text_rt
     if args.fit:
         fitted, err = fit_grouped(cases, runtime)
         text_fit, summary_fit = report(predict_all(cases, fitted), fitted)

@@ -83,7 +83,22 @@ def test_moe_rows_keep_the_validated_shapes_balanced_on_at_most_eight_gpus() -> 
     assert cases == [case, {**case, "precision": "fp8_block", "time_s": pytest.approx(2e-4)}]
 
 
-@pytest.mark.parametrize("path", sorted(p for p in DATA.glob("*.json") if not p.name.startswith("moe_")),
+def test_runtime_moe_rows_keep_block_fp8_of_the_validated_shapes_at_few_tokens_with_their_kernel() -> None:
+    row = {"hidden_size": 7168, "inter_size": 2048, "topk": 8, "num_experts": 256, "moe_dtype": "fp8_block",
+           "moe_tp_size": 8, "moe_ep_size": 1, "distribution": "balanced", "kernel_source": "sglang_fused_moe_triton",
+           "num_tokens": 4, "latency": 0.05}
+    rows = [row, {**row, "moe_dtype": "fp8"}, {**row, "distribution": "power_law_1.01"}, {**row, "num_tokens": 256},
+            {**row, "moe_ep_size": 2}, {**row, "num_experts": 384}, {**row, "moe_tp_size": 1, "moe_ep_size": 8,
+                                                                     "kernel_source": "other_kernel", "latency": 0.1}]
+    cases = pk.runtime_moe_cases(rows, "SGLang", "0.5.14")
+    case = {"runtime": "SGLang", "version": "0.5.14", "kernel": "sglang_fused_moe_triton", "model": "DeepSeek-R1",
+            "precision": "fp8_block", "tokens": 4, "hidden": 7168, "expert_ffn": 2048, "top_k": 8, "experts": 256,
+            "moe_tp": 8, "moe_ep": 1, "time_s": pytest.approx(5e-5)}
+    # sorted by GPUs, then EP: TP8 (EP1) before EP8 at one GPU count
+    assert cases == [case, {**case, "kernel": "other_kernel", "moe_tp": 1, "moe_ep": 8, "time_s": pytest.approx(1e-4)}]
+
+
+@pytest.mark.parametrize("path", sorted(p for p in DATA.glob("*.json") if not p.name.startswith(("moe_", "runtime_moe_"))),
                          ids=lambda p: p.stem)
 def test_committed_files_are_calibrate_gpu_runs_with_their_source(path: Path) -> None:
     name, meta, ms = cg.load_measurements(path)

@@ -117,3 +117,23 @@ def test_the_idle_tile_fit_recovers_the_value_that_timed_the_calls_and_the_shipp
     # on the published calls the Hopper fit is what the runtime file ships
     hopper = [c for c in vm.load([vm.DATA / "moe_h100.json", vm.DATA / "moe_h200.json"]) if c["precision"] == "fp8_block"]
     assert Runtime.load(vm.TENSORRT_LLM_RUNTIME).idle_expert_tile_s == vm.fit_idle(hopper, Runtime())[0].idle_expert_tile_s
+
+
+def test_each_runtimes_block_fp8_split_is_read_from_its_own_file_and_the_runtimes_disagree_in_sign() -> None:
+    """The committed SGLang / vLLM block-FP8 MoE layers load with their runtime and kernel; on H200, one token
+    through DeepSeek-R1's experts, TensorRT-LLM's kernels take TP8 over twice as long as EP8 and SGLang's and
+    vLLM's well under (the reason the product default for idle expert tiles is 0); the model at the default
+    calls it even and with the TensorRT-LLM Hopper file puts TP8 behind."""
+    others = vm.load_runtime_moe(sorted(vm.DATA.glob("runtime_moe_*.json")))
+    assert {(c["runtime"], c["version"]) for c in others} == {("SGLang", "0.5.14"), ("vLLM", "0.24.0")}
+    assert all(c["precision"] == "fp8_block" and c["kernel"] and c["time_s"] > 0 for c in others)
+    cases = [c for c in vm.load([vm.DATA / "moe_h200.json"]) if c["model"] == "DeepSeek-R1"]
+    text, rows = vm.runtime_split_report(cases, [c for c in others if c["gpu"] == "h200"],
+                                         {"default": Runtime(), "trt": Runtime.load(vm.TENSORRT_LLM_RUNTIME)})
+    one = next(r for r in rows if r["model"] == "DeepSeek-R1" and r["tokens"] == 1)
+    assert one["measured"]["TensorRT-LLM 1.3.0rc20"] > 2 and max(one["measured"]["SGLang 0.5.14"],
+                                                                  one["measured"]["vLLM 0.24.0"]) < 0.7
+    assert 0.95 < one["predicted"]["default"] < 1.05 and one["predicted"]["trt"] > 1.5
+    assert "| h200 | DeepSeek-R1 | TP8 vs EP8 | 1 |" in text
+    with pytest.raises(ValueError, match="not a published runtime MoE file"):
+        vm.load_runtime_moe([vm.DATA / "moe_h200.json"])
