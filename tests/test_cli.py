@@ -410,3 +410,28 @@ def test_anchor_errors_exit_2_with_one_line(config, capsys, flags, fragment):
     assert main(["anchor", config, "--hardware", "b200", *flags]) == 2
     err = capsys.readouterr().err
     assert err.startswith("co-design anchor: error: ") and fragment in err and err.count("\n") == 1
+
+
+def test_the_shipped_tensorrt_llm_hopper_runtime_file_slows_tp_split_block_fp8_experts_only(capsys, tmp_path):
+    """recipes/runtimes/tensorrt_llm_hopper.json (TensorRT-LLM's idle expert tiles under block-scaled FP8): a
+    TP8 MoE at one request decodes slower with it and the report names the field; per-tensor FP8 is unchanged."""
+    rt = Path(__file__).resolve().parents[1] / "recipes" / "runtimes" / "tensorrt_llm_hopper.json"
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({
+        "model_type": "deepseek_v3", "hidden_size": 2048, "num_hidden_layers": 4, "num_attention_heads": 16,
+        "num_key_value_heads": 16, "intermediate_size": 4096, "moe_intermediate_size": 512, "n_routed_experts": 128,
+        "num_experts_per_tok": 8, "n_shared_experts": 1, "first_k_dense_replace": 1, "vocab_size": 32000,
+        "q_lora_rank": 512, "kv_lora_rank": 256, "qk_nope_head_dim": 64, "qk_rope_head_dim": 32, "v_head_dim": 64}))
+
+    def tpot(*extra):
+        args = ["predict", str(cfg), "--hardware", "h200", "--tp", "8", "--weights", "fp8", "--activations", "fp8",
+                "--concurrency", "1", "--json", "--no-advice", *extra]
+        assert main(args) == 0
+        return json.loads(capsys.readouterr().out)["tpot_ms"]
+
+    block = ("--fp8-scaling", "block")
+    assert tpot(*block, "--runtime", str(rt)) > tpot(*block)
+    assert tpot("--runtime", str(rt)) == tpot()
+    assert main(["predict", str(cfg), "--hardware", "h200", "--tp", "8", "--weights", "fp8", "--activations", "fp8",
+                 *block, "--concurrency", "1", "--no-advice", "--runtime", str(rt)]) == 0
+    assert "idle_expert_tile_s" in capsys.readouterr().out
