@@ -300,6 +300,12 @@ def extract_runtime_moe(data_dir: Path, system: str) -> dict[str, Any] | None:  
             "measurements": cases}
 
 
+def _write(path: Path, doc: Mapping[str, Any], system: str, what: str) -> None:  # pragma: no cover - main's
+    """Write ``doc`` to ``path`` (:func:`dumps`) and say what went where."""
+    path.write_text(dumps(doc))
+    print(f"{system} -> {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {what}")
+
+
 def main(argv: list[str] | None = None) -> int:  # pragma: no cover - needs pandas/pyarrow
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("data_dir", type=Path, help="aiconfigurator_core/systems/data of an unpacked aiconfigurator-core wheel")
@@ -314,24 +320,17 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - needs pand
         if doc is None:
             print(f"{system}: no TensorRT-LLM {TRTLLM} GEMM table; skipped")
             continue
-        path = args.out / f"{gpu}.json"
-        path.write_text(dumps(doc))
         kinds: dict[str, int] = {}
         for c in doc["measurements"]:
             kinds[c["kind"]] = kinds.get(c["kind"], 0) + 1
-        print(f"{system} -> {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {kinds}")
+        _write(args.out / f"{gpu}.json", doc, system, str(kinds))
         moe = extract_moe(args.data_dir, system)
         if moe is not None:
-            path = args.out / f"moe_{gpu}.json"
-            path.write_text(dumps(moe))
-            print(f"{system} -> {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: "
-                  f"{len(moe['measurements'])} MoE layers")
+            _write(args.out / f"moe_{gpu}.json", moe, system, f"{len(moe['measurements'])} MoE layers")
         other = extract_runtime_moe(args.data_dir, system)
         if other is not None:
-            path = args.out / f"runtime_moe_{gpu}.json"
-            path.write_text(dumps(other))
-            print(f"{system} -> {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: "
-                  f"{len(other['measurements'])} block-FP8 MoE layers of {', '.join(other['source']['tables'])}")
+            _write(args.out / f"runtime_moe_{gpu}.json", other, system, f"{len(other['measurements'])} block-FP8 "
+                   f"MoE layers of {', '.join(other['source']['tables'])}")
     return 0
 
 
