@@ -100,10 +100,9 @@ NOT_IN_AIC = {
 
 def runtime_of(row: dict[str, Any]) -> str:
     """The row's runtime family (one of ``validate_perf.RUNTIMES``) from its ``framework`` text."""
-    framework = row["framework"].lower()
-    for name in vp.RUNTIMES:
-        if name.lower() in framework:
-            return name
+    name = vp.runtime_family(row)
+    if name is not None:
+        return name
     raise ValueError(f"row {row['id']}: framework {row['framework']!r} names none of {vp.RUNTIMES}")
 
 

@@ -277,7 +277,7 @@ def runtime_split_report(cases: list[dict[str, Any]], others: list[dict[str, Any
              "Time ratio TP n / EP n at one GPU, model and token count, measured on each runtime's block-FP8 MoE "
              "kernels (TensorRT-LLM: the calls above; " + "; ".join(f"{k}: {', '.join(sorted(v))}" for k, v in kernels.items())
              + " -- `benchmarks/data/kernels/runtime_moe_<gpu>.json`) and predicted; above 1: expert parallelism is "
-             "faster.", "",
+             "faster. The runtime file's column on B200 shows what it would do there; it is for Hopper.", "",
              "| GPU | model | split | tokens | " + " | ".join(f"{x}" for x in labels) + " | "
              + " | ".join(f"model, {k}" for k in runtimes) + " |",
              "|---|---|---|---:|" + "---:|" * (len(labels) + len(runtimes))]

@@ -60,6 +60,7 @@ held-out close pairs (119 against 121 of 140); the fit on all rows, the product'
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import math
@@ -835,10 +836,13 @@ def kernel_runtime(row: dict[str, Any], base: Runtime) -> Runtime:
     """``base`` with the kernel properties of the row's runtime on its GPU family (:data:`RUNTIME_KERNEL_FILES`),
     else ``base``."""
     path = RUNTIME_KERNEL_FILES.get((runtime_family(row) or "", GPU_FAMILIES.get(row["hardware"], "")))
-    if path is None:
-        return base
-    fields = json.loads(path.read_text())
-    return Runtime(**(base.to_dict() | fields))
+    return base if path is None else Runtime(**(base.to_dict() | _runtime_fields(path)))
+
+
+@functools.lru_cache(maxsize=None)
+def _runtime_fields(path: Path) -> dict[str, Any]:
+    """The fields a runtime file sets (read once per file)."""
+    return json.loads(path.read_text())
 
 
 def runtime_kernels_report(low: list[dict[str, Any]], test: list[dict[str, Any]], out: Path) -> dict[str, Any]:
@@ -906,9 +910,8 @@ def runtime_version(row: dict[str, Any]) -> str | None:
     """``"<runtime> <version>"`` of a row as its ``framework`` states it (``.postN`` patch releases folded into
     their version), or None where the row names no version (e.g. "main branch"): such a row is never grouped
     with another."""
-    f = row["framework"]
-    name = next((n for n in RUNTIMES if n.lower() in f.lower()), None)
-    m = re.search(r"\bv?(\d+\.\d+(?:\.\d+)?(?:rc\d+)?)", f)
+    name = runtime_family(row)
+    m = re.search(r"\bv?(\d+\.\d+(?:\.\d+)?(?:rc\d+)?)", row["framework"])
     return f"{name} {m.group(1)}" if name and m else None
 
 
