@@ -434,27 +434,27 @@ class _Table:
 
 def step_ops(arch: "Architecture", gpu: "GPU", dep: Deployment, *, decode: float, context: float,
              prefill_tokens: float, prefill_len: float, phase: str = "decode",
-             prompt_on_one_rank: bool = False, eager: bool = False, even_routing: bool = False) -> list[OpCost]:
+             prompt_ranks: float | None = None, eager: bool = False, even_routing: bool = False) -> list[OpCost]:
     """Op table of one step (see :func:`_step`). ``even_routing``: every expert-parallel rank receives exactly
     its share of the token-expert assignments, over as many distinct experts as that share fills (at most the
     experts it holds), as a synthetic balanced benchmark routes them; serving routes at random and its busiest
     rank carries more (the default, :func:`busiest_rank_load` and :func:`busiest_rank_experts`)."""
-    return _step(arch, gpu, dep, decode, context, prefill_tokens, prefill_len, phase, True, prompt_on_one_rank,
+    return _step(arch, gpu, dep, decode, context, prefill_tokens, prefill_len, phase, True, prompt_ranks,
                  eager, even_routing).rows
 
 
 def step_time(arch: "Architecture", gpu: "GPU", dep: Deployment, *, decode: float, context: float,
-              prefill_tokens: float, prefill_len: float, prompt_on_one_rank: bool = False,
+              prefill_tokens: float, prefill_len: float, prompt_ranks: float | None = None,
               eager: bool = False) -> dict[str, float]:
     """Seconds of one step per bound (``compute``/``memory``/``communication``/``host``), without building the
     table."""
     return _step(arch, gpu, dep, decode, context, prefill_tokens, prefill_len, "decode", False,
-                 prompt_on_one_rank, eager).by_bound
+                 prompt_ranks, eager).by_bound
 
 
 def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, context: float,
           prefill_tokens: float, prefill_len: float, phase: str, keep: bool,
-          prompt_on_one_rank: bool = False, eager: bool = False, even_routing: bool = False) -> _Table:
+          prompt_ranks: float | None = None, eager: bool = False, even_routing: bool = False) -> _Table:
     """Op table of one step of one replica on its busiest GPU.
 
     ``decode``: sequences decoding one token each, with ``context`` cached
@@ -462,9 +462,10 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
     prompts of ``prefill_len`` tokens (their attention covers the causal
     triangle of the whole prompt; chunks of one prompt add up to it).
     Counts are per replica (all its tp GPUs); the table is per GPU.
-    ``prompt_on_one_rank``: the prompt tokens belong to one request (TTFT), so
-    under attention-DP they all sit on one attention rank (the busiest GPU)
-    instead of spreading over the ``tp`` ranks as many requests' prompts do.
+    ``prompt_ranks``: under attention-DP, the attention ranks the prompt tokens
+    spread over, the busiest GPU holding ``prefill_tokens / prompt_ranks`` of them
+    (1: one request's prompt, at TTFT; None: all of them, as many requests'
+    prompts spread in the steady state).
     ``eager``: the step runs outside a CUDA graph, so every kernel takes at least the host's
     ``Runtime.eager_launch_s`` to launch (bound ``"host"`` where that is longer than its GPU time).
     """
@@ -476,7 +477,7 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
     ab, kvb = bytes_per_element(a), bytes_per_element(kvp)
     h, tp = arch.hidden, dep.tp
     tokens = decode + prefill_tokens  # through every FFN, per replica
-    pf_div = 1 if prompt_on_one_rank else s.a_dp  # attention ranks the prompt tokens spread over
+    pf_div = s.a_dp if prompt_ranks is None else min(max(prompt_ranks, 1.0), s.a_dp)  # ranks holding prompt tokens
     pf_attn = prefill_tokens / pf_div  # prompt tokens through attention on the busiest GPU
     t_attn = decode / s.a_dp + pf_attn  # tokens through the attention projections on one GPU
     dec_attn = decode / s.a_dp  # decoding sequences per GPU (attention)

@@ -66,7 +66,7 @@ def format_report(arch: "Architecture", pred: Prediction, advice: Sequence[Advic
         ("output tokens/s per GPU", f"{pred.output_tokens_per_s_per_gpu:,.1f}"),
         ("output tokens/s per user", f"{pred.output_tokens_per_s_per_user:,.1f}"),
         ("output tokens/s (deployment)", f"{pred.output_tokens_per_s:,.1f}"),
-        ("TTFT", f"{pred.ttft_s * 1e3:,.1f} ms"),
+        (f"TTFT ({pred.deployment.arrivals} arrivals)", f"{pred.ttft_s * 1e3:,.1f} ms"),
         ("TPOT", f"{pred.tpot_s * 1e3:,.2f} ms"),
         ("decode iteration bound", pred.bound),
     ]
@@ -85,7 +85,7 @@ def format_report(arch: "Architecture", pred: Prediction, advice: Sequence[Advic
     ]
     out += _table(("item", "per GPU"), mem_rows, {1})
     for phase, title in (("decode", "Decode iteration (steady state, per GPU; prompt share amortized)"),
-                         ("prefill", "Iteration(s) carrying a new prompt (TTFT)")):
+                         ("prefill", "Iteration(s) a new request waits through to its first token (TTFT)")):
         ops = [o for o in pred.ops if o.phase == phase]
         if not ops:
             continue

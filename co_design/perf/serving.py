@@ -22,16 +22,20 @@ micro-batches in flight.
   longer on Grace (GB200) than on x86 hosts (NVIDIA/TransformerEngine #2053: PyTorch dispatch time
   per Linear), refit worse on the validation rows (objective 0.108 -> 0.114, MdAPE 7.4 -> 9.5 %).
 * output tokens/s per user = 1 / TPOT; per GPU = replicas · B / TPOT / gpus
-* TTFT = the iterations that carry a new prompt, plus ``Runtime.first_token_overhead_s``
-  off the GPU (request handling, tokenization, the first token's way back): a prompt of
-  P tokens takes ceil(P / C) iterations, full chunks of C and one with the rest, C =
+* TTFT = the iterations a new request waits through until its first token, plus
+  ``Runtime.first_token_overhead_s`` off the GPU (request handling, tokenization, the first
+  token's way back); ``Deployment.arrivals`` says which. Steady arrivals: its own prompt of
+  P tokens, ceil(P / C) iterations, full chunks of C and one with the rest, C =
   ``max_num_tokens`` minus the decode tokens of the *other* requests scheduled beside it
   (the new request itself is not decoding yet); under attention-DP the prompt sits on one
   attention rank, C is that rank's budget and the others' decode tokens are spread over
-  the ranks. Those iterations run outside a CUDA graph, each kernel at least
+  the ranks. Burst arrivals: the replica's requests arrive together, and each waits for
+  the chunks of the prompts ahead of it (mean over the wave; :func:`_prompt_iterations`).
+  Those iterations run outside a CUDA graph, each kernel at least
   ``Runtime.eager_launch_s`` of host launch. The steady-state mix above keeps its prompt
   iterations at graph speed: with many requests in flight their GPU time dominates.
-  Queueing before admission is not modelled.
+  Queueing of steady arrivals behind one another is not modelled
+  (``benchmarks/results/ttft_load.md`` measures both forms against published rows).
 
 Pure Python.
 """
@@ -90,6 +94,76 @@ def _merged(ops: list[OpCost]) -> list[OpCost]:
         out[key] = dataclasses.replace(p, count=p.count + o.count, time_s=p.time_s + o.time_s,
                                        flops=p.flops + o.flops, bytes=p.bytes + o.bytes)
     return list(out.values())
+
+
+def _prompt_iterations(arch: "Architecture", gpu: GPU, dep: Deployment, a_dp: int, b: int,
+                       ) -> tuple[list[tuple[float, dict]], float]:
+    """The iterations a request waits through until its first token: ``([(weight, step kwargs), ...], mean
+    iterations)``, each weight the mean number of such iterations one request of the replica waits through.
+
+    Steady arrivals (and any single request): one prompt, beside the decode tokens of the ``b - 1`` others on its
+    scheduler. It takes ceil(P / C) iterations, full chunks of C and one with the rest, C = ``max_num_tokens``
+    minus those decode tokens, the *other* requests spread over the attention-DP ranks as the step spreads them,
+    so a full chunk and its decode tokens fill the budget exactly (P = C: 1 iteration, P = C + 1: 2). Equal
+    chunks shrank every chunk's tokens per expert, and its padded expert tiles, when one more chunk was needed:
+    a longer prompt could come out with a shorter TTFT.
+
+    Burst arrivals: the busiest attention rank holds n = ceil(b / a_dp) prompts, all arriving together with
+    nothing decoding; the runtime fills ``max_num_tokens`` per iteration with them in arrival order, so prompt
+    j (from 0) has its first token after iteration ceil((j + 1) P / C) of ceil(n P / C). Every iteration but
+    the last is full. A finished prompt's decode tokens in the wave's later iterations are left out (SGLang
+    schedules waiting prompts before decoding; TensorRT-LLM and vLLM mix them in, at one token per request).
+    """
+    rt, isl = dep.runtime, dep.isl
+    mb = b / dep.pp
+    context = isl + dep.osl / 2
+    if dep.arrivals == "burst" and mb > 1:
+        n = math.ceil(mb / a_dp)  # prompts on the busiest attention rank
+        per_iteration = rt.max_num_tokens
+        total = n * isl
+        k = math.ceil(total / per_iteration - 1e-9)
+        last = total - (k - 1) * per_iteration
+        done = [math.ceil((j + 1) * isl / per_iteration - 1e-9) for j in range(n)]  # first-token iteration of each
+        waits_full = sum(min(d, k - 1) for d in done) / n  # full iterations a prompt waits through, on average
+        waits_last = sum(d == k for d in done) / n
+        spread = mb / n  # attention ranks holding prompts, as many as the busiest one
+        kw = dict(decode=0.0, context=context, prefill_len=float(isl), prompt_ranks=spread)
+        kinds = [(w, dict(kw, prefill_tokens=tokens * spread)) for w, tokens in
+                 ((waits_full, per_iteration), (waits_last, last)) if w > 0]
+        return kinds, waits_full + waits_last
+    others = max(0.0, (mb - 1) / a_dp)
+    per_iteration = max(_MIN_CONTEXT_CHUNK, rt.max_num_tokens - others)
+    k = math.ceil(isl / per_iteration - 1e-9)
+    kw = dict(decode=max(0.0, mb - 1), context=context, prefill_len=float(isl), prompt_ranks=1.0)
+    kinds = [(float(n), dict(kw, prefill_tokens=float(tokens)))
+             for n, tokens in ((k - 1, per_iteration), (1, isl - (k - 1) * per_iteration)) if n > 0]
+    return kinds, float(k)
+
+
+def _ttft(arch: "Architecture", gpu: GPU, dep: Deployment, a_dp: int, b: int, with_ops: bool,
+          ) -> tuple[float, list[OpCost]]:
+    """Mean TTFT (seconds) of a replica holding ``b`` requests, and its op rows (per op, summed over the
+    iterations one request waits through) when ``with_ops``. Those iterations carry a prompt, so they run
+    outside a CUDA graph, each kernel at least ``Runtime.eager_launch_s``; each adds the host's per-iteration
+    time, and the request ``Runtime.first_token_overhead_s`` off the GPU."""
+    rt = dep.runtime
+    kinds, iterations = _prompt_iterations(arch, gpu, dep, a_dp, b)
+    pf_s, pf_ops = 0.0, []
+    for weight, kw in kinds:
+        if with_ops:
+            part = step_ops(arch, gpu, dep, phase="prefill", eager=True, **kw)
+            pf_s += weight * sum(o.time_s for o in part)
+            part = _scaled(part, weight)
+            if [o.name for o in part] == [o.name for o in pf_ops]:  # the same ops in the same order: one row
+                part = [dataclasses.replace(a, count=a.count + c.count, time_s=a.time_s + c.time_s,
+                                            flops=a.flops + c.flops, bytes=a.bytes + c.bytes)
+                        for a, c in zip(pf_ops, part)]  # per op, summed over the iterations
+                pf_ops = []
+            pf_ops += part
+        else:
+            pf_s += weight * sum(step_time(arch, gpu, dep, eager=True, **kw).values())
+    host = rt.iteration_overhead_s + rt.request_overhead_s * b / a_dp
+    return dep.pp * pf_s + iterations * host + rt.first_token_overhead_s, pf_ops
 
 
 def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica: int, *, with_ops: bool,
@@ -155,35 +229,7 @@ def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica
     ttft = float("nan")
     pf_ops: list[OpCost] = []
     if with_ttft:
-        # tokens per iteration left for the prompt (C): the budget minus the decode tokens beside it on the
-        # prompt's scheduler -- the mb - 1 *other* requests (the new one is not decoding yet), spread over the
-        # attention-DP ranks as the step spreads them, so a full chunk and its decode tokens fill the budget
-        # exactly. A prompt of P tokens then takes ceil(P / C) iterations (P = C: 1, P = C + 1: 2), as a runtime
-        # fills its budget: full chunks of C and one with the rest (equal chunks shrank every chunk's tokens per
-        # expert, and its padded expert tiles, when one more chunk was needed: a longer prompt could come out
-        # with a shorter TTFT).
-        others = max(0.0, (mb - 1) / s.a_dp)
-        budget = max(_MIN_CONTEXT_CHUNK, rt.max_num_tokens - others)
-        n_pf = math.ceil(dep.isl / budget - 1e-9)
-        pieces = [(n, tokens) for n, tokens in ((n_pf - 1, budget), (1, dep.isl - (n_pf - 1) * budget)) if n > 0]
-        pf_s = 0.0
-        for n, tokens in pieces:
-            pkw = dict(decode=max(0.0, mb - 1), context=dep.isl + dep.osl / 2, prefill_tokens=float(tokens),
-                       prefill_len=dep.isl)
-            if with_ops:
-                part = step_ops(arch, gpu, dep, phase="prefill", prompt_on_one_rank=True, eager=True, **pkw)
-                pf_s += n * sum(o.time_s for o in part)
-                part = _scaled(part, n)
-                if [o.name for o in part] == [o.name for o in pf_ops]:  # the same ops in the same order: one row
-                    part = [dataclasses.replace(a, count=a.count + c.count, time_s=a.time_s + c.time_s,
-                                                flops=a.flops + c.flops, bytes=a.bytes + c.bytes)
-                            for a, c in zip(pf_ops, part)]  # per op, summed over the chunks
-                    pf_ops = []
-                pf_ops += part
-            else:
-                pf_s += n * sum(step_time(arch, gpu, dep, prompt_on_one_rank=True, eager=True, **pkw).values())
-        ttft = (dep.pp * pf_s + n_pf * (rt.iteration_overhead_s + rt.request_overhead_s * b / s.a_dp)
-                + rt.first_token_overhead_s)
+        ttft, pf_ops = _ttft(arch, gpu, dep, s.a_dp, b, with_ops)
     notes: list[str] = []
     if arch.mla is None and attention_head_dim(arch.head_dim, gpu) != arch.head_dim:
         d = attention_head_dim(arch.head_dim, gpu)

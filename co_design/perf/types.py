@@ -9,12 +9,15 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from co_design.perf.roofline import BYTES_PER_ELEMENT, Precision
 from co_design.precision import FP8_SCALINGS, FP8Scaling
 
-__all__ = ["Deployment", "Runtime", "SLO", "OpCost", "MemoryBreakdown", "Prediction", "Advice"]
+__all__ = ["Deployment", "Runtime", "SLO", "OpCost", "MemoryBreakdown", "Prediction", "Advice", "Arrivals", "ARRIVALS"]
+
+Arrivals = Literal["steady", "burst"]  # how requests reach the server (Deployment.arrivals)
+ARRIVALS: tuple[str, ...] = get_args(Arrivals)
 
 
 def _int_field(owner: str, name: str, value: Any, minimum: int = 1) -> None:
@@ -244,6 +247,17 @@ class Deployment:
     * ``isl`` / ``osl``: input / output tokens per request.
     * ``concurrency``: requests in flight in the whole deployment (as
       trtllm-bench counts them); ``None`` asks :func:`max_throughput` to choose.
+    * ``arrivals``: how requests reach a replica; it sets TTFT under load (TPOT and
+      throughput are the steady state either way). ``"steady"``: spread in time
+      (production traffic): a new prompt meets the other requests decoding and its
+      TTFT is its own prefill beside their decode tokens (queueing behind other
+      prompts is not modelled). ``"burst"``: the replica's requests arrive together
+      and stay in step, as a fixed-concurrency benchmark sends them (``bench_serving
+      --max-concurrency N --request-rate inf``, AIPerf or LLMPerf at fixed
+      concurrency, lengths equal or nearly so, ``ignore_eos``): the wave's prompts
+      are prefilled together in arrival order, ``max_num_tokens`` per iteration (per
+      attention-DP rank), and a request's first token waits for the chunks of the
+      prompts ahead of it; TTFT is the mean over the wave. The same at concurrency 1.
     """
 
     gpus: int | None = None
@@ -259,6 +273,7 @@ class Deployment:
     isl: int = 1024
     osl: int = 1024
     concurrency: int | None = None
+    arrivals: Arrivals = "steady"
     runtime: Runtime = field(default_factory=Runtime)
 
     def __post_init__(self) -> None:
@@ -272,6 +287,8 @@ class Deployment:
         for name in ("weights", "activations", "kv_cache"):
             if getattr(self, name) not in BYTES_PER_ELEMENT:
                 raise ValueError(f"Deployment.{name}={getattr(self, name)!r}; use one of {sorted(BYTES_PER_ELEMENT)}")
+        if self.arrivals not in ARRIVALS:
+            raise ValueError(f"Deployment.arrivals={self.arrivals!r}; use one of {list(ARRIVALS)}")
         if self.fp8_scaling not in FP8_SCALINGS:
             raise ValueError(f"Deployment.fp8_scaling={self.fp8_scaling!r}; use one of {list(FP8_SCALINGS)}")
         if self.fp8_scaling == "block" and self.activations != "fp8":

@@ -350,7 +350,7 @@ def test_ttft_under_attention_dp_puts_the_prompt_on_one_rank():
 
     d = Deployment(tp=4, ep=4, attention_dp=True, isl=2048, osl=128, concurrency=4)
     kw = dict(decode=0.0, context=2048, prefill_tokens=2048, prefill_len=2048)
-    one = {o.name: o for o in step_ops(MOE, get_gpu("b200"), d, phase="prefill", prompt_on_one_rank=True, **kw)}
+    one = {o.name: o for o in step_ops(MOE, get_gpu("b200"), d, phase="prefill", prompt_ranks=1, **kw)}
     spread = {o.name: o for o in step_ops(MOE, get_gpu("b200"), d, phase="prefill", **kw)}
     pairs = 2048 * 2049 / 2
     per_layer = 2 * MOE.heads * (2 * MOE.head_dim) * pairs  # all heads, whole prompt, on the busiest GPU
@@ -461,9 +461,56 @@ def test_ttft_takes_ceil_prompt_over_budget_iterations(tp, attention_dp, concurr
     # TTFT = the iterations (outside a CUDA graph) + the host's per-iteration and per-request time for each + the
     # request's time off the GPU
     steps = [sum(step_time(SMALL, get_gpu("b200"), d, decode=others, context=prompt + 32, prefill_tokens=chunk,
-                           prefill_len=prompt, prompt_on_one_rank=True, eager=True).values()) for chunk in chunks]
+                           prefill_len=prompt, prompt_ranks=1, eager=True).values()) for chunk in chunks]
     host = rt.iteration_overhead_s + rt.request_overhead_s * concurrency / (tp if attention_dp else 1)
     assert p.ttft_s == pytest.approx(sum(steps) + iterations * host + rt.first_token_overhead_s)
+
+
+@pytest.mark.parametrize("tp, attention_dp, concurrency, prompt, expected", [
+    # one rank, 4 prompts of 3000 tokens, 8192 per iteration: 12000 tokens in 2 iterations (8192, 3808); prompts
+    # 0 and 1 end in the first (at 3000 and 6000 tokens), 2 and 3 in the second: on average a request waits
+    # through 1 full iteration and half of the last
+    (1, False, 4, 3000, [(8192, 1.0), (3808, 0.5)]),
+    # 8 prompts of 1000 tokens fit one iteration of 8000: every request waits for all of them
+    (1, False, 8, 1000, [(8000, 1.0)]),
+    # attention-DP over 2 ranks: the busiest holds ceil(5 / 2) = 3 prompts of 3000 (9000 tokens: 8192 + 808), the
+    # replica's iteration carries 5 / 3 ranks' worth; prompts 0 and 1 end in the first, prompt 2 in the second
+    (2, True, 5, 3000, [(8192, 1.0), (808, 1 / 3)]),
+])
+def test_burst_ttft_is_the_mean_wait_through_the_waves_iterations(tp, attention_dp, concurrency, prompt, expected):
+    rt = Runtime()
+    d = Deployment(tp=tp, attention_dp=attention_dp, isl=prompt, osl=64, concurrency=concurrency, arrivals="burst")
+    p = predict(SMALL, "b200", d)
+    ranks = tp if attention_dp else 1
+    spread = concurrency / math.ceil(concurrency / ranks)  # ranks holding prompts, each as many as the busiest
+    gpu = get_gpu("b200")
+    steps = [weight * sum(step_time(SMALL, gpu, d, decode=0.0, context=prompt + 32, prefill_tokens=tokens * spread,
+                                    prefill_len=prompt, prompt_ranks=spread, eager=True).values())
+             for tokens, weight in expected]
+    waits = sum(weight for _, weight in expected)  # iterations one request waits through, on average
+    host = rt.iteration_overhead_s + rt.request_overhead_s * concurrency / ranks
+    assert p.ttft_s == pytest.approx(sum(steps) + waits * host + rt.first_token_overhead_s)
+    prefill = {o.name: o for o in p.ops if o.phase == "prefill"}
+    assert prefill["lm_head"].count == pytest.approx(waits)  # the op table counts the same iterations
+    assert p.deployment.arrivals == "burst"
+
+
+def test_burst_arrivals_change_ttft_under_load_only():
+    steady = Deployment(weights="fp8", activations="fp8", isl=2048, osl=256, concurrency=1)
+    burst = steady.replace(arrivals="burst")
+    one = predict(SMALL, "h100", steady), predict(SMALL, "h100", burst)
+    assert one[0].ttft_s == one[1].ttft_s  # one request: nothing to wait for
+    last = None
+    for c in (8, 32, 128):  # (at 2 the host's kernel launches of this 4-layer model outweigh a second prompt)
+        a, b = predict(SMALL, "h100", steady.replace(concurrency=c)), predict(SMALL, "h100", burst.replace(concurrency=c))
+        assert (a.tpot_s, a.output_tokens_per_s_per_gpu) == (b.tpot_s, b.output_tokens_per_s_per_gpu)
+        assert b.ttft_s > a.ttft_s
+        assert last is None or b.ttft_s > 1.5 * last  # the wave's prefill grows with the requests in it
+        last = b.ttft_s
+    # steady arrivals: the prompt meets the others decoding, at most a few per cent slower
+    assert predict(SMALL, "h100", steady.replace(concurrency=128)).ttft_s < 1.5 * one[0].ttft_s
+    with pytest.raises(ValueError, match=r"Deployment.arrivals='bursty'; use one of \['steady', 'burst'\]"):
+        Deployment(arrivals="bursty")
 
 
 def test_fused_runtime_pays_no_launch_for_fused_work():
@@ -606,7 +653,7 @@ def test_a_prompt_iteration_outside_a_cuda_graph_waits_on_each_kernel_launch():
     gpu = get_gpu("b200")
     base = Runtime(eager_launch_s=0.0, first_token_overhead_s=0.0)
     slow = dataclasses.replace(base, eager_launch_s=1e-3)
-    kw = dict(decode=0.0, context=128.0, prefill_tokens=16.0, prefill_len=16.0, prompt_on_one_rank=True)
+    kw = dict(decode=0.0, context=128.0, prefill_tokens=16.0, prefill_len=16.0, prompt_ranks=1)
     d0 = Deployment(tp=2, isl=16, osl=64, concurrency=1, runtime=base)
     d1 = d0.replace(runtime=slow)
     graph = {o.name: o for o in step_ops(SMALL, gpu, d1, **kw)}
