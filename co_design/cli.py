@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from co_design.perf.types import ARRIVALS
 from co_design.precision import FP8_SCALINGS, PRECISIONS
 
 __all__ = ["main", "build_parser"]
@@ -39,6 +40,9 @@ _EXIT_SLO = 3  # the SLO cannot be met by any operating point
 _FP8_SCALING_HELP = ("FP8 activation scales: tensor (static per tensor, Model Optimizer FP8; default) or block "
                      "(per 128 values of a token at run time, as the FP8 checkpoints of DeepSeek-V3/R1, Qwen3 and "
                      "MiniMax-M2: a quantization kernel before each dense GEMM)")
+_ARRIVALS_HELP = ("how requests arrive, for TTFT under load: steady (spread in time, production traffic; default) or "
+                  "burst (all --concurrency requests at once and in step, as a fixed-concurrency benchmark starts "
+                  "them: each waits for the prompts ahead of it)")
 _RUNTIME_HELP = ("runtime file (JSON of co_design.perf.Runtime fields, e.g. from `co-design anchor --out`): "
                  "overheads and rates of your serving runtime instead of the fitted defaults")
 _MAX_GPUS = 2**20  # --pareto enumerates every tp dividing --gpus: bounded, a typo like 10**12 would hang it
@@ -81,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--fp8-scaling", choices=FP8_SCALINGS, default="tensor", help=_FP8_SCALING_HELP)
     pr.add_argument("--isl", type=int, default=1024, help="input tokens per request (default 1024)")
     pr.add_argument("--osl", type=int, default=1024, help="output tokens per request (default 1024)")
+    pr.add_argument("--arrivals", choices=ARRIVALS, default="steady", help=_ARRIVALS_HELP)
     mode = pr.add_mutually_exclusive_group()
     mode.add_argument("--concurrency", type=int, default=None, help="requests in flight, whole deployment")
     mode.add_argument("--max-throughput", action="store_true", help="pick the batch of highest tokens/s per GPU (default)")
@@ -153,6 +158,7 @@ def _deployment_args(sp: argparse.ArgumentParser, *, concurrency_help: str | Non
     sp.add_argument("--fp8-scaling", choices=FP8_SCALINGS, default="tensor", help=_FP8_SCALING_HELP)
     sp.add_argument("--isl", type=int, default=1024, help="input tokens per request (default 1024)")
     sp.add_argument("--osl", type=int, default=1024, help="output tokens per request (default 1024)")
+    sp.add_argument("--arrivals", choices=ARRIVALS, default="steady", help=_ARRIVALS_HELP)
     if concurrency_help:
         sp.add_argument("--concurrency", type=int, nargs="+", default=None, metavar="N", help=concurrency_help)
     else:
@@ -211,7 +217,7 @@ def _predict(args: argparse.Namespace) -> int:
         dep = Deployment(gpus=args.gpus, tp=args.tp, ep=args.ep, pp=args.pp, attention_dp=args.attention_dp,
                          helix=args.helix, weights=args.weights, activations=args.activations,
                          kv_cache=args.kv_cache, fp8_scaling=args.fp8_scaling, isl=args.isl, osl=args.osl,
-                         concurrency=args.concurrency, runtime=_runtime_of(args))
+                         concurrency=args.concurrency, arrivals=args.arrivals, runtime=_runtime_of(args))
         if dep.gpus > _MAX_GPUS:
             flags = "--gpus" if args.gpus is not None else "--tp x --pp"
             return _fail(f"{flags} asks for {dep.gpus:,} GPUs; use at most {_MAX_GPUS:,}")
@@ -280,7 +286,7 @@ def _deployment_of(args: argparse.Namespace):
     dep = Deployment(gpus=args.gpus, tp=args.tp, ep=args.ep, pp=args.pp, attention_dp=args.attention_dp,
                      helix=args.helix, weights=args.weights, activations=args.activations, kv_cache=args.kv_cache,
                      fp8_scaling=args.fp8_scaling, isl=args.isl, osl=args.osl, concurrency=args.concurrency,
-                     runtime=_runtime_of(args))
+                     arrivals=args.arrivals, runtime=_runtime_of(args))
     if dep.gpus > _MAX_GPUS:
         raise ValueError(f"the deployment asks for {dep.gpus:,} GPUs; use at most {_MAX_GPUS:,}")
     for name in PRECISION_FIELDS:

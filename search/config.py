@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, NamedTuple, Optional
 
+from co_design.perf.types import ARRIVALS
 from co_design.precision import FP8_SCALINGS
 from co_design.precision import PRECISIONS as _PRECISIONS
 
@@ -166,6 +167,7 @@ class DeploymentConfig:
     isl: int = 1024  # input tokens per request
     osl: int = 1024  # output tokens per request
     concurrency: Optional[int] = None  # throughput point; None: the best that fits and meets the SLO
+    arrivals: str = "steady"  # TTFT under load: steady (spread in time) or burst (all at once; co_design.perf.Deployment)
     slo: SLOConfig = field(default_factory=SLOConfig)
     interactive_concurrency: int = 1  # requests in flight at the interactivity point (search/scoring.py)
     # The serving runtime's limits (TensorRT-LLM max_batch_size / max_num_tokens; vLLM max_num_seqs /
@@ -521,6 +523,7 @@ def _validate_deployment(cfg: SearchConfig, problems: list[str]) -> None:
     for key in ("weights", "activations", "kv_cache"):
         _known(problems, f"deployment.{key}", getattr(d, key), PRECISIONS)
     _known(problems, "deployment.fp8_scaling", d.fp8_scaling, FP8_SCALINGS)
+    _known(problems, "deployment.arrivals", d.arrivals, ARRIVALS)
     for key in ("isl", "osl"):
         if getattr(d, key) < 1:
             problems.append(f"deployment.{key}={getattr(d, key)}: must be >= 1 token")

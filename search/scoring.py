@@ -121,6 +121,7 @@ def perf_deployment(deployment_cfg: Any, combo: dict[str, Any], precision: str |
         isl=d.isl,
         osl=d.osl,
         concurrency=concurrency,
+        arrivals=d.arrivals,
         runtime=dataclasses.replace(base_runtime(d.runtime_file), max_batch=int(d.max_batch),
                                     max_num_tokens=int(d.max_num_tokens)),
         **combo,
@@ -333,6 +334,10 @@ def definitions(deployment_cfg: Any) -> list[str]:
         f"tok/s/GPU: the throughput point: output tokens/s per GPU {where}{meets}, best parallelism choice",
         f"tok/s/user, TTFT, TPOT: the interactive point: {d.interactive_concurrency} request(s) in flight, "
         "fastest parallelism choice",
+        f"TTFT with {d.arrivals} arrivals: " + ("requests spread in time, each prompt prefilled beside the others' "
+                                                "decoding" if d.arrivals == "steady" else
+                                                "the requests in flight arrive together, each waiting for the "
+                                                "prompts ahead of it (mean over the wave)"),
         f"runtime limits: max_batch={d.max_batch} requests, max_num_tokens={d.max_num_tokens} tokens per iteration "
         "('limited by' names what caps each throughput point)",
         "runtime overheads: " + (f"from {d.runtime_file} (co_design.perf.Runtime fields; e.g. anchored on a measured "

@@ -331,6 +331,18 @@ def test_export_errors(config, capsys, tmp_path):
     assert "co-design export: error: sliding_window=4096" in capsys.readouterr().err
 
 
+def test_arrivals_name_the_ttft_they_give(config, capsys):
+    ttft = {}
+    for arrivals in ("steady", "burst"):
+        assert main(["predict", config, "--concurrency", "32", "--isl", "2048", "--no-advice",
+                     "--arrivals", arrivals]) == 0
+        out = capsys.readouterr().out
+        line = next(ln for ln in out.splitlines() if ln.startswith("TTFT"))
+        assert line.startswith(f"TTFT ({arrivals} arrivals)")
+        ttft[arrivals] = float(line.split()[-2].replace(",", ""))
+    assert ttft["burst"] > 1.25 * ttft["steady"]  # 32 prompts of 2048 tokens wait for one another (54 vs 36 ms)
+    assert main(["predict", config, "--arrivals", "poisson"]) == 2
+    assert "--arrivals: invalid choice: 'poisson' (choose from" in capsys.readouterr().err
 def test_fp8_scaling_block_adds_quantization_kernels_and_needs_fp8_activations(config, capsys, tmp_path):
     fp8 = ["--hardware", "h100", "--weights", "fp8", "--activations", "fp8", "--concurrency", "1", "--json",
            "--no-advice"]

@@ -107,6 +107,16 @@ def test_block_fp8_scaling_reaches_the_model_only_with_fp8_activations():
     assert block.tpot_s > tensor.tpot_s
 
 
+def test_burst_arrivals_reach_the_model_and_the_definitions():
+    from search.scoring import perf_deployment
+
+    combo = dict(tp=1, ep=1, pp=1, attention_dp=False, helix=1)
+    steady, burst = (perf.predict(ARCH, "b200", perf_deployment(_dep(arrivals=a), combo, None, 64))
+                     for a in ("steady", "burst"))
+    assert burst.deployment.arrivals == "burst" and burst.ttft_s > steady.ttft_s and burst.tpot_s == steady.tpot_s
+    assert "TTFT with steady arrivals: requests spread in time" in "\n".join(definitions(_dep()))
+    assert "TTFT with burst arrivals: the requests in flight arrive together" in "\n".join(
+        definitions(_dep(arrivals="burst")))
 def test_a_runtime_file_reaches_both_operating_points_and_the_study_settings(tmp_path):
     import json
 
