@@ -481,7 +481,13 @@ def open_study(cfg: SearchConfig, storage: Any) -> optuna.Study:
         if old is None:  # a study from before settings were recorded: record them now
             study.set_user_attr(SETTINGS_ATTR, settings)
         else:
+            # a setting added to the project after the study was created ran at its default, which keeps the
+            # earlier behaviour: compare against that, and record the settings in full once they agree
+            default = _default_settings()
+            old = {**{k: default[k] for k in settings if k not in old and k in default}, **old}
             changed = [k for k in sorted(set(old) | set(settings)) if old.get(k) != settings.get(k)]
+            if not changed and set(old) != set(study.user_attrs[SETTINGS_ATTR]):
+                study.set_user_attr(SETTINGS_ATTR, settings)
             if changed:
                 shown = "; ".join(f"{k}: {old.get(k)!r} -> {settings.get(k)!r}" for k in changed[:6])
                 more = f" (and {len(changed) - 6} more)" if len(changed) > 6 else ""
@@ -493,6 +499,12 @@ def open_study(cfg: SearchConfig, storage: Any) -> optuna.Study:
                     ]
                 )
     return study
+
+
+@functools.lru_cache(maxsize=1)
+def _default_settings() -> dict[str, Any]:
+    """:func:`search.config.study_settings` of the default configuration."""
+    return study_settings(SearchConfig())
 
 
 def finished_count(study: optuna.Study) -> int:

@@ -199,6 +199,17 @@ def test_resuming_a_study_with_other_settings_is_refused_naming_what_changed(tmp
     assert res.ran == 1 and len(res.study.trials) == 2
 
 
+def test_a_study_from_before_a_setting_existed_resumes_at_its_default_only(tmp_path):
+    from search.study import SETTINGS_ATTR
+
+    base = ("objectives=perf_only", "strategy=sample", "study_name=older", *TINY)
+    study = run(compose_config("n_trials=1", *base), run_dir=tmp_path).study
+    older = {k: v for k, v in study.user_attrs[SETTINGS_ATTR].items() if k != "deployment.arrivals"}
+    study.set_user_attr(SETTINGS_ATTR, older)  # as a study created before deployment.arrivals was a setting
+    with pytest.raises(ConfigError, match=r"other settings: deployment.arrivals: 'steady' -> 'burst'"):
+        run(compose_config("n_trials=2", "deployment.arrivals=burst", *base), run_dir=tmp_path)
+    res = run(compose_config("n_trials=2", *base), run_dir=tmp_path)  # the default: what the study ran with
+    assert res.ran == 1 and res.study.user_attrs[SETTINGS_ATTR]["deployment.arrivals"] == "steady"
 def test_the_perf_only_recipe_on_other_hardware_is_its_own_study():
     h100 = to_search_config(compose_config("experiment=perf_only_dense_h100_vs_b200"))
     b200 = to_search_config(compose_config("experiment=perf_only_dense_h100_vs_b200", "hardware=b200"))
