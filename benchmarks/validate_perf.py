@@ -47,6 +47,7 @@ Usage::
     python benchmarks/validate_perf.py --quick      # product defaults only: figures in seconds
     python benchmarks/validate_perf.py --latency-folds  # held-out latency of the models with latency rows only
     python benchmarks/validate_perf.py --ttft           # TTFT at concurrency 1: fit, held out by model, test rows
+    python benchmarks/validate_perf.py --ttft-load      # TTFT above concurrency 1: steady, burst, as benchmarked
     python benchmarks/validate_perf.py --runtime-spread # concurrency-1 TPOT of one setting on different runtimes
     python benchmarks/validate_perf.py --anchored       # concurrency-1 TPOT with the runtime anchored on other settings
     python benchmarks/validate_perf.py --pair-moves     # every fit also tries two-parameter moves (about 2.5x longer)
@@ -206,7 +207,8 @@ def latency_target(row: dict[str, Any]) -> tuple[str, float] | None:
     return None
 
 
-def deployments_of(row: dict[str, Any], arch: Architecture, runtime: Runtime) -> tuple[list[Deployment], SLO | None]:
+def deployments_of(row: dict[str, Any], arch: Architecture, runtime: Runtime,
+                   arrivals: str = "steady") -> tuple[list[Deployment], SLO | None]:
     w, a, kv = precision_of(row)
     slo = None
     par = row.get("parallelism") or {}
@@ -231,17 +233,19 @@ def deployments_of(row: dict[str, Any], arch: Architecture, runtime: Runtime) ->
                     out.append(Deployment(gpus=row["num_gpus"] if not is_mlperf(row) else None, tp=tp, ep=ep,
                                           attention_dp=dp, weights=w, activations=a, kv_cache=kv,
                                           fp8_scaling=row["precision"].get("fp8_scaling", "tensor"), isl=isl, osl=osl,
-                                          concurrency=row.get("concurrency"), runtime=runtime))
+                                          concurrency=row.get("concurrency"), arrivals=arrivals,
+                                          runtime=runtime))
                 except ValueError:
                     pass
     return out, slo
 
 
-def predict_row(row: dict[str, Any], runtime: Runtime) -> dict[str, Any]:
-    """Max-throughput prediction (or, for a row with a published concurrency, the prediction at it)."""
+def predict_row(row: dict[str, Any], runtime: Runtime, arrivals: str = "steady") -> dict[str, Any]:
+    """Max-throughput prediction (or, for a row with a published concurrency, the prediction at it);
+    ``arrivals`` (``Deployment.arrivals``) sets its TTFT under load."""
     arch = arch_of(row)
     gpu = get_gpu(row["hardware"].lower())
-    deps, slo = deployments_of(row, arch, runtime)
+    deps, slo = deployments_of(row, arch, runtime, arrivals)
     best = None
     for d in deps:
         try:
@@ -635,6 +639,110 @@ def ttft_report(predictor: Predictor, low: list[dict[str, Any]], test: list[dict
     (out / "ttft.md").write_text("\n".join(L))
     (out / "ttft.json").write_text(json.dumps(report, indent=1))
     print("\n".join(L[-3:]), flush=True)
+    return report
+
+
+# ----------------------------------------------------------------------------- TTFT under load
+def ttft_load_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows with a published TTFT (mean, or median where only that is given) at a concurrency above 1."""
+    return [r for r in rows if (r.get("concurrency") or 0) > 1 and published_ttft_ms(r)
+            and r.get("isl") and r.get("osl") and not r.get("speculative_decoding")]
+
+
+def published_ttft_ms(row: dict[str, Any]) -> float | None:
+    m = row.get("metrics") or {}
+    return m.get("ttft_ms") or m.get("ttft_ms_median")
+
+
+_PROMPT_COUNTS = (r"(\d+) prompts after", r"--num-prompts (\d+)", r"(\d+) requests")
+
+
+def benchmark_rounds(row: dict[str, Any]) -> float | None:
+    """Rounds of a closed-loop benchmark row: the requests it sent over its fixed concurrency, read from the
+    workload's printed prompt count (InferenceX ``N prompts after``, ``--num-prompts N``, ``N requests``); None
+    where the source does not give it."""
+    for pattern in _PROMPT_COUNTS:
+        if m := re.search(pattern, row.get("workload") or ""):
+            return max(1.0, int(m.group(1)) / row["concurrency"])
+    return None
+
+
+def ttft_load_report(low: list[dict[str, Any]], test: list[dict[str, Any]], out: Path) -> dict[str, Any]:
+    """Predict the TTFT of every row measured at a concurrency above 1 with steady and with burst arrivals
+    (``Deployment.arrivals``), and as the benchmark ran: a closed loop whose first round of requests arrives
+    together and whose later rounds arrive spread out (burst for one round in R, steady for the rest); write
+    ``ttft_load.md`` and ``ttft_load.json`` to ``out``. Nothing is fitted here: the runtime stays at the shipped
+    ``Runtime()`` (its TTFT quantities fitted on concurrency-1 dev rows, ``--ttft``)."""
+    rt = Runtime()
+    items = []
+    for tag, rows in (("dev", low), ("test", test)):
+        for r in ttft_load_rows(rows):
+            steady, burst = predict_row(r, rt, "steady"), predict_row(r, rt, "burst")
+            if steady.get("ttft_ms") is None:
+                continue
+            rounds = benchmark_rounds(r)
+            item = {"id": r["id"], "set": tag, "model": r["model"], "gpu": f"{r['hardware']} x{r['num_gpus']}",
+                    "mapping": steady.get("mapping"), "runtime": r["framework"].split("(")[0].strip(),
+                    "isl": r["isl"], "concurrency": r["concurrency"], "measured_ms": published_ttft_ms(r),
+                    "steady_ms": steady["ttft_ms"], "burst_ms": burst["ttft_ms"], "rounds": rounds}
+            if rounds:
+                item["benchmark_ms"] = burst["ttft_ms"] / rounds + steady["ttft_ms"] * (1 - 1 / rounds)
+            items.append(item)
+
+    def err(item: dict[str, Any], key: str) -> float | None:
+        return item[key] / item["measured_ms"] - 1 if item.get(key) is not None else None
+
+    def pct(e: float | None) -> str:
+        return "-" if e is None else f"{100 * e:+.0f} %"
+
+    def summary(tag: str, key: str, counted: bool) -> dict[str, Any]:
+        es = [e for i in items if i["set"] == tag and (i["rounds"] or not counted) and (e := err(i, key)) is not None]
+        return {"rows": len(es), "median_abs_error": statistics.median(abs(e) for e in es) if es else None,
+                "within_25": sum(abs(e) <= 0.25 for e in es),
+                "mean_abs_log_error": statistics.fmean(abs(math.log1p(e)) for e in es) if es else None}
+
+    columns = (("steady_ms", "steady"), ("burst_ms", "burst"), ("benchmark_ms", "as benchmarked"))
+    L = ["# Time to first token under load", "",
+         "Command: `python benchmarks/validate_perf.py --ttft-load` (seconds). Every row with a published TTFT at a "
+         "concurrency above 1, predicted with the shipped `Runtime()` (no fit here; its TTFT quantities are fitted "
+         "on the concurrency-1 dev rows, `--ttft`) three ways:", "",
+         "- steady: `Deployment.arrivals='steady'` (the default): requests spread in time, a new prompt prefilled "
+         "beside the others' decoding, no queue;",
+         "- burst: `Deployment.arrivals='burst'`: the requests in flight arrive together and each waits for the "
+         "chunks of the prompts ahead of it (mean over the wave);",
+         "- as benchmarked: the closed loop these benchmarks run (`--max-concurrency N --request-rate inf`): its "
+         "first round arrives as a burst; later rounds arrive spread out (random lengths drift apart; with fixed "
+         "lengths each request returns one prefill after the one before it), so a row of R rounds (requests sent / "
+         "concurrency, from the printed prompt count) is burst for 1 in R and steady for the rest. '-' where the "
+         "source does not print its prompt count.", "",
+         "| id | set | model | GPUs | mapping | runtime | ISL | conc. | rounds | measured ms | steady | burst | "
+         "as benchmarked |", "|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for i in items:
+        rounds = "-" if i["rounds"] is None else f"{i['rounds']:.0f}"
+        L.append(f"| {i['id']} | {i['set']} | {i['model']} | {i['gpu']} | {i['mapping']} | {i['runtime']} | "
+                 f"{i['isl']} | {i['concurrency']} | {rounds} | "
+                 f"{i['measured_ms']:.1f} | {pct(err(i, 'steady_ms'))} | {pct(err(i, 'burst_ms'))} | "
+                 f"{pct(err(i, 'benchmark_ms'))} |")
+    report: dict[str, Any] = {"rows": items, "summary": {}}
+    L += ["", "| set | rows | prediction | rows scored | median abs. error | within 25 % | mean abs. log error |",
+          "|---|---|---|---:|---:|---:|---:|"]
+    for tag in ("dev", "test"):
+        for counted, which in ((False, "all"), (True, "with a prompt count")):
+            for key, name in columns[:2] if not counted else columns:
+                s = report["summary"].setdefault(tag, {}).setdefault(which, {})[name] = summary(tag, key, counted)
+                if s["rows"]:
+                    L.append(f"| {tag} | {which} | {name} | {s['rows']} | {100 * s['median_abs_error']:.0f} % | "
+                             f"{s['within_25']} | {s['mean_abs_log_error']:.3f} |")
+    between = {tag: (sum(i["steady_ms"] <= i["measured_ms"] <= i["burst_ms"] for i in items if i["set"] == tag),
+                     sum(i["set"] == tag for i in items)) for tag in ("dev", "test")}
+    report["between_steady_and_burst"] = between
+    L += ["", "Measured between the steady and the burst prediction: " +
+          "; ".join(f"{tag} {n} of {m}" for tag, (n, m) in between.items()) + ".", ""]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "ttft_load.md").write_text("\n".join(L))
+    (out / "ttft_load.json").write_text(json.dumps(report, indent=1))
+    print("\n".join(L[L.index("| set | rows | prediction | rows scored | median abs. error | within 25 % | "
+                                "mean abs. log error |"):]), flush=True)
     return report
 
 
@@ -1181,6 +1289,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ttft", action="store_true",
                     help="fit the time-to-first-token quantities on the dev rows at concurrency 1, hold each model "
                          "out, score the test rows; write ttft.md/.json and stop (a few minutes)")
+    ap.add_argument("--ttft-load", action="store_true",
+                    help="predict the TTFT of the rows measured above concurrency 1 with steady and burst arrivals "
+                         "and as the benchmark ran; write ttft_load.md/.json and stop (seconds)")
     ap.add_argument("--runtime-spread", action="store_true",
                     help="group the concurrency-1 TPOT rows of one setting measured on different runtimes; write "
                          "runtime_spread.md/.json and stop (seconds)")
@@ -1212,6 +1323,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.ttft:
         ttft_report(predictor, low, test_rows, Path(args.out))
+        predictor.close()
+        return 0
+    if args.ttft_load:
+        ttft_load_report(every_low, test_rows, Path(args.out))
         predictor.close()
         return 0
     if args.runtime_spread:

@@ -411,3 +411,29 @@ def test_runtime_kernels_apply_tensorrt_llm_hopper_kernels_to_its_rows_only(tmp_
         and by_id[i]["precision"].get("fp8_scaling") == "block" and by_id[i]["arch"]["family"] != "dense"
         for i in summary["moved"])
     assert (tmp_path / "runtime_kernels.md").read_text().startswith("# Runtime kernel properties")
+
+
+def test_benchmark_rounds_read_the_printed_prompt_count_over_the_concurrency():
+    low = {r["id"]: r for r in json.loads(vp.LOW_DATA.read_text())}
+    test = {r["id"]: r for r in json.loads(vp.TEST_DATA.read_text())}
+    assert vp.benchmark_rounds(test["lat-ix039"]) == 10  # InferenceX: 640 prompts after 128 warm-up, conc. 64
+    assert vp.benchmark_rounds(low["lc-035"]) == 5  # --num-prompts 80 --max-concurrency 16
+    assert vp.benchmark_rounds(low["lc-005"]) == 150 / 8  # "150 requests at concurrency 8"
+    assert vp.benchmark_rounds(test["lat-002"]) is None  # AIPerf at fixed concurrency: the count is not printed
+
+
+def test_ttft_load_puts_the_benchmarked_closed_loop_between_steady_and_burst(tmp_path):
+    test = [r for r in json.loads(vp.TEST_DATA.read_text()) if r["id"] in ("lat-ix038", "lat-ix039", "lat-002")]
+    report = vp.ttft_load_report([], test, tmp_path)
+    rows = {i["id"]: i for i in report["rows"]}
+    assert set(rows) == {"lat-ix038", "lat-ix039", "lat-002"}
+    for i in rows.values():
+        assert i["burst_ms"] > i["steady_ms"]
+    for rid in ("lat-ix038", "lat-ix039"):  # ten rounds: the first a burst, nine steady
+        i = rows[rid]
+        assert i["benchmark_ms"] == pytest.approx(i["burst_ms"] / 10 + 0.9 * i["steady_ms"])
+    assert "benchmark_ms" not in rows["lat-002"]
+    assert report["summary"]["test"]["with a prompt count"]["as benchmarked"]["rows"] == 2
+    assert report["summary"]["test"]["all"]["steady"]["rows"] == 3
+    text = (tmp_path / "ttft_load.md").read_text()
+    assert "| lat-002 | test |" in text and json.loads((tmp_path / "ttft_load.json").read_text())["rows"]
