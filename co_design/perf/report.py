@@ -63,6 +63,8 @@ def format_report(arch: "Architecture", pred: Prediction, advice: Sequence[Advic
     summary = [
         ("fits in memory", "yes" if pred.fits else "NO"),
         ("requests in flight (batch)", f"{pred.batch}"),
+        *([("requests waiting for a slot", f"{pred.deployment.concurrency - pred.batch}")]
+          if pred.deployment.concurrency and pred.deployment.concurrency > pred.batch else []),
         ("output tokens/s per GPU", f"{pred.output_tokens_per_s_per_gpu:,.1f}"),
         ("output tokens/s per user", f"{pred.output_tokens_per_s_per_user:,.1f}"),
         ("output tokens/s (deployment)", f"{pred.output_tokens_per_s:,.1f}"),

@@ -36,6 +36,9 @@ micro-batches in flight.
   iterations at graph speed: with many requests in flight their GPU time dominates.
   Queueing of steady arrivals behind one another is not modelled
   (``benchmarks/results/ttft_load.md`` measures both forms against published rows).
+* More requests than a replica holds (its KV cache at ISL+OSL, ``Runtime.max_batch``):
+  :func:`predict` runs what fits and the rest wait for a slot; TTFT adds the wait, by
+  Little's law (:func:`_queued`).
 
 Pure Python.
 """
@@ -96,8 +99,7 @@ def _merged(ops: list[OpCost]) -> list[OpCost]:
     return list(out.values())
 
 
-def _prompt_iterations(arch: "Architecture", gpu: GPU, dep: Deployment, a_dp: int, b: int,
-                       ) -> tuple[list[tuple[float, dict]], float]:
+def _prompt_iterations(dep: Deployment, a_dp: int, b: int) -> tuple[list[tuple[float, dict]], float]:
     """The iterations a request waits through until its first token: ``([(weight, step kwargs), ...], mean
     iterations)``, each weight the mean number of such iterations one request of the replica waits through.
 
@@ -147,7 +149,7 @@ def _ttft(arch: "Architecture", gpu: GPU, dep: Deployment, a_dp: int, b: int, wi
     outside a CUDA graph, each kernel at least ``Runtime.eager_launch_s``; each adds the host's per-iteration
     time, and the request ``Runtime.first_token_overhead_s`` off the GPU."""
     rt = dep.runtime
-    kinds, iterations = _prompt_iterations(arch, gpu, dep, a_dp, b)
+    kinds, iterations = _prompt_iterations(dep, a_dp, b)
     pf_s, pf_ops = 0.0, []
     for weight, kw in kinds:
         if with_ops:
@@ -238,9 +240,6 @@ def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica
     if chunks > 1:
         notes.append(f"iteration of {mb + prompt:.0f} tokens exceeds max_num_tokens={rt.max_num_tokens}"
                      f"{f' x {s.a_dp} attention-DP ranks' if s.a_dp > 1 else ''}: runs as {chunks} chunks")
-    if math.ceil(b / s.a_dp) > rt.max_batch:
-        notes.append(f"{math.ceil(b / s.a_dp)} requests per scheduler exceed Runtime.max_batch={rt.max_batch}: "
-                     "the runtime would queue the excess; modelled as if all were in flight")
     if not mem.fits:
         notes.append("does not fit: weights + activations + reserve + KV cache exceed usable HBM "
                      f"({mem.total_bytes / 1e9:.1f} GB needed of {mem.capacity_bytes / 1e9:.1f} GB)")
@@ -263,7 +262,9 @@ def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica
 def predict(arch: "Architecture", gpu: "GPU | str", deployment: Deployment) -> Prediction:
     """Performance of ``deployment`` at ``deployment.concurrency`` requests in flight.
 
-    A deployment that does not fit in memory is returned with ``fits=False`` and
+    A replica runs at most what its KV cache (at ISL+OSL) and ``Runtime.max_batch``
+    hold; more requests wait for a slot (``batch`` counts those running, TTFT the
+    wait). A deployment whose weights do not fit is returned with ``fits=False`` and
     its memory breakdown (not an exception). Nonsense (a degree that does not
     divide what it splits) raises ValueError naming the value.
     """
@@ -276,18 +277,39 @@ def predict(arch: "Architecture", gpu: "GPU | str", deployment: Deployment) -> P
     _check_formats(gpu, deployment)
     c, r = deployment.concurrency, deployment.replicas
     b = math.ceil(c / r)  # the busiest replica: it sets TPOT, TTFT and the op table
-    p = _evaluate(arch, gpu, deployment, b, with_ops=True)
+    cap = max_batch(arch, gpu, deployment)  # requests a replica runs at once (0: the weights do not fit)
+    p = _evaluate(arch, gpu, deployment, min(b, cap) if cap else b, with_ops=True)
+    if cap and b > cap:
+        p = _queued(p, deployment, b, cap)
     if c == b * r:
         return p
     # c requests over r replicas: c % r replicas hold b, the rest b - 1 (idle when b == 1); sum their rates
     full = c - (b - 1) * r
-    tok_s = full * b / p.tpot_s
-    if b > 1:
-        tok_s += (r - full) * (b - 1) / _evaluate(arch, gpu, deployment, b - 1, with_ops=False, with_ttft=False).tpot_s
-    return dataclasses.replace(p, output_tokens_per_s_per_gpu=tok_s / deployment.gpus, batch=c,
+    run, rest = (min(b, cap), min(b - 1, cap)) if cap else (b, b - 1)  # requests each kind of replica runs
+    tok_s = full * run / p.tpot_s
+    if rest:
+        tok_s += (r - full) * rest / _evaluate(arch, gpu, deployment, rest, with_ops=False, with_ttft=False).tpot_s
+    return dataclasses.replace(p, output_tokens_per_s_per_gpu=tok_s / deployment.gpus,
+                               batch=full * run + (r - full) * rest,
                                deployment=p.deployment.replace(concurrency=c),
                                notes=p.notes + (f"{c} requests over {r} replicas: {full} hold {b}, "
                                                 f"{r - full} hold {b - 1}; TPOT/TTFT of the busiest",))
+
+
+def _queued(p: Prediction, dep: Deployment, b: int, cap: int) -> Prediction:
+    """A replica holding ``b`` requests runs ``cap`` of them (its KV cache, or ``Runtime.max_batch``, holds no
+    more); the others wait for a slot, as every runtime queues them. Each slot serves one request at a time,
+    for ``S = TTFT + (OSL - 1) TPOT`` at the running batch, so the replica completes ``cap / S`` requests per
+    second, and by Little's law a request spends ``b / (cap / S)`` seconds in the system, ``S (b / cap - 1)``
+    of them waiting before its prompt starts. TTFT includes that wait; TPOT and tokens/s are the running
+    batch's."""
+    service = p.ttft_s + (dep.osl - 1) * p.tpot_s
+    wait = service * (b / cap - 1)
+    return dataclasses.replace(
+        p, ttft_s=p.ttft_s + wait, deployment=p.deployment.replace(concurrency=dep.concurrency),
+        notes=p.notes + (f"{b} requests per replica exceed the {cap} it runs at once (KV cache at ISL+OSL, "
+                         f"Runtime.max_batch): {b - cap} wait for a slot, a request {wait:.3g} s on average, "
+                         "counted in TTFT; TPOT and tokens/s are those of the running batch",))
 
 
 def _batch_grid(b_max: int, step: float = 1.25) -> list[int]:

@@ -247,6 +247,8 @@ class Deployment:
     * ``isl`` / ``osl``: input / output tokens per request.
     * ``concurrency``: requests in flight in the whole deployment (as
       trtllm-bench counts them); ``None`` asks :func:`max_throughput` to choose.
+      More than the replicas hold at once (KV cache at ISL+OSL, ``Runtime.max_batch``)
+      wait for a slot: :func:`predict` counts the wait in TTFT.
     * ``arrivals``: how requests reach a replica; it sets TTFT under load (TPOT and
       throughput are the steady state either way). ``"steady"``: spread in time
       (production traffic): a new prompt meets the other requests decoding and its

@@ -124,7 +124,8 @@ def test_predict_is_finite_and_nonnegative(setup):
         assert str(exc) and "\n" not in str(exc)
         return
     _check_prediction(p)
-    assert p.batch == dep.concurrency
+    # every request runs, or the replicas run what they hold and the rest wait (the wait in TTFT)
+    assert p.batch == dep.concurrency or (p.batch < dep.concurrency and any("wait for a slot" in n for n in p.notes))
 
 
 @_settings(60)
@@ -176,6 +177,10 @@ def test_wider_weights_or_kv_cache_are_never_faster(setup):
     for field in ("weights", "kv_cache"):
         formats = sorted(gpu.precisions[field], key=WIDTH.get)
         preds = [predict(arch, gpu, dep.replace(**{field: f})) for f in formats]
+        # every request running in each: a wider format that holds fewer of them runs a smaller, faster batch
+        # while the rest wait (test_serving checks the wait)
+        if any(p.batch < dep.concurrency for p in preds):
+            continue
         for narrow, wide in zip(preds, preds[1:]):
             assert wide.tpot_s >= narrow.tpot_s * (1 - 1e-12), (field, formats)
             assert wide.ttft_s >= narrow.ttft_s * (1 - 1e-12), (field, formats)
@@ -204,6 +209,8 @@ def test_a_longer_prompt_never_shortens_tpot(setup, more):
     arch, gpu, dep = setup
     short = predict(arch, gpu, dep)
     long = predict(arch, gpu, dep.replace(isl=dep.isl + more))
+    # every request running in both (a longer prompt that fits fewer of them runs a smaller batch, the rest wait)
+    assume(short.batch == long.batch == dep.concurrency)
     assert long.ttft_s >= short.ttft_s * (1 - 1e-12), ("ttft", dep.isl, dep.isl + more)  # more prompt to process
     assert long.tpot_s >= short.tpot_s * (1 - 1e-12), ("tpot", dep.isl, dep.isl + more)
 

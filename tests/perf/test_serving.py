@@ -420,9 +420,9 @@ def test_kernel_gap_and_collective_overhead_are_paid_once_per_kernel_and_per_col
         Runtime(collective_overhead_s=-1e-6)
 
 
-def test_concurrency_beyond_runtime_max_batch_is_flagged():
+def test_concurrency_beyond_runtime_max_batch_waits():
     d = Deployment(isl=64, osl=64, concurrency=40, runtime=Runtime(max_batch=32))
-    assert any("max_batch=32" in n for n in predict(SMALL, "b200", d).notes)
+    assert any("40 requests per replica exceed the 32 it runs at once" in n for n in predict(SMALL, "b200", d).notes)
     assert not any("max_batch" in n for n in predict(SMALL, "b200", d.replace(concurrency=32)).notes)
 
 
@@ -513,6 +513,41 @@ def test_burst_arrivals_change_ttft_under_load_only():
         Deployment(arrivals="bursty")
 
 
+@pytest.mark.parametrize("runtime, arrivals", [(Runtime(), "steady"), (Runtime(max_batch=6), "steady"),
+                                               (Runtime(max_batch=6), "burst")])
+def test_requests_beyond_what_a_replica_holds_wait_for_a_slot(runtime, arrivals):
+    from co_design.perf.memory import max_batch
+
+    d = Deployment(weights="fp8", activations="fp8", isl=32768, osl=512, arrivals=arrivals, runtime=runtime)
+    cap = max_batch(SMALL, get_gpu("h100"), d)  # the KV cache's limit, or Runtime.max_batch when smaller
+    assert cap == 6 if runtime.max_batch == 6 else 1 < cap < runtime.max_batch  # the KV cache binds first
+    held = predict(SMALL, "h100", d.replace(concurrency=cap))
+    for c in (cap + 1, 3 * cap):
+        p = predict(SMALL, "h100", d.replace(concurrency=c))
+        assert p.fits and p.batch == cap and p.deployment.concurrency == c
+        assert (p.tpot_s, p.output_tokens_per_s_per_gpu) == (held.tpot_s, held.output_tokens_per_s_per_gpu)
+        # Little's law: c requests in the loop, cap served at a time for S = TTFT + (OSL - 1) TPOT each
+        service = held.ttft_s + (d.osl - 1) * held.tpot_s
+        assert p.ttft_s == pytest.approx(held.ttft_s + service * (c / cap - 1))
+        assert any(f"{c - cap} wait for a slot" in n for n in p.notes)
+    assert not any("wait for a slot" in n for n in held.notes)
+
+
+def test_queued_replicas_add_their_running_batches():
+    from co_design.perf.memory import max_batch
+
+    d = Deployment(gpus=2, weights="fp8", activations="fp8", isl=1024, osl=256, runtime=Runtime(max_batch=4))
+    assert max_batch(SMALL, get_gpu("h100"), d) == 4
+    p = predict(SMALL, "h100", d.replace(concurrency=11))  # replicas hold 6 and 5: each runs 4
+    four = predict(SMALL, "h100", d.replace(concurrency=8))
+    assert p.batch == 8 and p.output_tokens_per_s_per_gpu == pytest.approx(four.output_tokens_per_s_per_gpu)
+    assert p.ttft_s > four.ttft_s
+    from co_design.perf.report import format_report
+
+    text = format_report(SMALL, p)
+    assert "requests in flight (batch)" in text and "requests waiting for a slot" in text
+    assert [ln.split()[-1] for ln in text.splitlines() if ln.startswith("requests waiting")] == ["3"]
+    assert "requests waiting" not in format_report(SMALL, four)
 def test_fused_runtime_pays_no_launch_for_fused_work():
     d1 = Deployment(weights="fp8", activations="fp8", concurrency=8, runtime=Runtime(bandwidth_efficiency=1.0))
     gpu = get_gpu("h100")
