@@ -684,7 +684,9 @@ def ttft_load_report(low: list[dict[str, Any]], test: list[dict[str, Any]], out:
             item = {"id": r["id"], "set": tag, "model": r["model"], "gpu": f"{r['hardware']} x{r['num_gpus']}",
                     "mapping": steady.get("mapping"), "runtime": r["framework"].split("(")[0].strip(),
                     "isl": r["isl"], "concurrency": r["concurrency"], "measured_ms": published_ttft_ms(r),
-                    "steady_ms": steady["ttft_ms"], "burst_ms": burst["ttft_ms"], "rounds": rounds}
+                    "steady_ms": steady["ttft_ms"], "burst_ms": burst["ttft_ms"], "rounds": rounds,
+                    "running": steady["batch"],  # below the concurrency: the rest wait for a slot
+                    "tpot_ms": steady.get("tpot_ms"), "measured_tpot_ms": (latency_target(r) or (None, None))[1]}
             if rounds:
                 item["benchmark_ms"] = burst["ttft_ms"] / rounds + steady["ttft_ms"] * (1 - 1 / rounds)
             items.append(item)
@@ -724,6 +726,7 @@ def ttft_load_report(low: list[dict[str, Any]], test: list[dict[str, Any]], out:
                  f"{i['measured_ms']:.1f} | {pct(err(i, 'steady_ms'))} | {pct(err(i, 'burst_ms'))} | "
                  f"{pct(err(i, 'benchmark_ms'))} |")
     report: dict[str, Any] = {"rows": items, "summary": {}}
+    summary_at = len(L) + 1
     L += ["", "| set | rows | prediction | rows scored | median abs. error | within 25 % | mean abs. log error |",
           "|---|---|---|---:|---:|---:|---:|"]
     for tag in ("dev", "test"):
@@ -738,11 +741,20 @@ def ttft_load_report(low: list[dict[str, Any]], test: list[dict[str, Any]], out:
     report["between_steady_and_burst"] = between
     L += ["", "Measured between the steady and the burst prediction: " +
           "; ".join(f"{tag} {n} of {m}" for tag, (n, m) in between.items()) + ".", ""]
+    queued = [i for i in items if i["running"] < i["concurrency"]]
+    report["queued"] = [i["id"] for i in queued]
+    if queued:
+        L += ["Rows whose concurrency exceeds what the model's KV cache holds at ISL+OSL, so that the rest wait for a "
+              "slot (Little's law, `co_design.perf.predict`): steady TTFT error " +
+              ", ".join(f"{i['id']} ({i['concurrency']} requests, {i['running']} running) "
+                        f"{pct(err(i, 'steady_ms'))}" for i in queued) + "; their TPOT (the running batch's), "
+              "predicted against measured: " +
+              ", ".join(f"{i['id']} {i['tpot_ms']:.1f} vs {i['measured_tpot_ms']:.1f} ms"
+                        for i in queued if i["measured_tpot_ms"]) + ".", ""]
     out.mkdir(parents=True, exist_ok=True)
     (out / "ttft_load.md").write_text("\n".join(L))
     (out / "ttft_load.json").write_text(json.dumps(report, indent=1))
-    print("\n".join(L[L.index("| set | rows | prediction | rows scored | median abs. error | within 25 % | "
-                                "mean abs. log error |"):]), flush=True)
+    print("\n".join(L[summary_at:]), flush=True)
     return report
 
 
