@@ -513,6 +513,17 @@ def test_burst_arrivals_change_ttft_under_load_only():
         Deployment(arrivals="bursty")
 
 
+def test_a_ttft_slo_binds_earlier_under_burst_arrivals():
+    d = Deployment(weights="fp8", activations="fp8", isl=4096, osl=512)
+    slo = SLO(max_ttft_s=0.5)
+    steady = max_throughput(SMALL, "h100", d, slo=slo)
+    burst = max_throughput(SMALL, "h100", d.replace(arrivals="burst"), slo=slo)
+    assert steady.ttft_s <= 0.5 and burst.ttft_s <= 0.5
+    # a wave of prompts must prefill within the limit: far fewer requests in flight than when they spread out
+    assert burst.batch < steady.batch / 4
+    assert burst.output_tokens_per_s_per_gpu < steady.output_tokens_per_s_per_gpu
+
+
 @pytest.mark.parametrize("runtime, arrivals", [(Runtime(), "steady"), (Runtime(max_batch=6), "steady"),
                                                (Runtime(max_batch=6), "burst")])
 def test_requests_beyond_what_a_replica_holds_wait_for_a_slot(runtime, arrivals):
