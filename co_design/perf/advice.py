@@ -41,12 +41,12 @@ def _dims(arch: "Architecture", dep: Deployment) -> list[tuple[str, int, int]]:
     if arch.mla is None:
         out.append(("head_dim", arch.head_dim, 1))
     if arch.moe_layers < arch.layers:
-        out.append(("ffn", arch.ffn, dep.tp))
+        out.append(("ffn", arch.ffn, s.ffn_tp))
     if arch.is_moe:
         out.append(("expert_ffn", arch.expert_ffn, s.moe_tp))
         if arch.shared_experts:
-            out.append(("shared_expert_ffn", arch.shared_expert_ffn, dep.tp))
-    out.append(("vocab", arch.vocab, dep.tp))
+            out.append(("shared_expert_ffn", arch.shared_expert_ffn, s.ffn_tp))
+    out.append(("vocab", arch.vocab, dep.tp // s.a_dp))
     return out
 
 

@@ -1,9 +1,9 @@
 """Per-GPU memory: weights + KV cache + activations + runtime reserve vs usable HBM.
 
 * Weights: every Linear of attention, FFN and experts at the weight format,
-  sharded as the deployment shards them (attention replicated under
-  attention-DP; K/V projections replicated when tp exceeds kv_heads; experts over
-  ``tp`` = ``ep × tp/ep``); embeddings, lm_head (vocab-parallel over tp), router
+  sharded as the deployment shards them (attention, dense FFN and shared experts
+  replicated under attention-DP; K/V projections replicated when tp exceeds
+  kv_heads; routed experts over ``tp`` = ``ep × tp/ep``); embeddings, lm_head (vocab-parallel over tp), router
   and norms in bf16. Layers of the slowest pipeline stage, plus embedding and head.
   Under attention-DP the embedding and lm_head are whole on every rank, as
   TensorRT-LLM builds them (see :func:`co_design.perf.ops.shards`).
@@ -13,9 +13,10 @@
   holds whole requests, ``batch / tp`` of them.
 * Activations: the runtime's token budget (``max_num_tokens``) times the widest
   per-token buffers of a layer, bf16, plus fp32 logits for the batch. Under
-  attention-DP the FFN/MoE of each rank receives every rank's tokens, so its
-  buffers hold ``tp`` budgets (TensorRT-LLM sizes the MoE workspace for
-  ``max_num_tokens * ep_size * top_k`` permuted rows).
+  attention-DP the routed experts of each rank receive every rank's tokens, so
+  their buffers hold ``tp`` budgets (TensorRT-LLM sizes the MoE workspace for
+  ``max_num_tokens * ep_size * top_k`` permuted rows); the dense FFN and the
+  shared experts see the rank's own.
 * Reserve: ``Runtime.reserve_bytes``. The KV pool gets ``kv_cache_memory_fraction``
   of what remains; the batch fits while its KV cache fits that pool.
 
@@ -95,17 +96,17 @@ def activation_bytes_per_gpu(arch: "Architecture", dep: Deployment) -> float:
     s = shards(arch, dep)
     rt = dep.runtime
     tok = rt.max_num_tokens
+    h = arch.hidden
     widest = max(s.q_dim + 2 * s.kv_dim, s.ffn * 2, 1)
-    moe_widest = max(s.shared_ffn * 2, s.expert_ffn * 2 * arch.experts_per_token) if arch.is_moe else 0
-    # under attention-DP every rank's tokens reach each rank's FFN/MoE (all-gather, or an all-to-all whose
-    # receive side is sized for the worst case): its buffers hold a_dp x max_num_tokens tokens
-    # (TensorRT-LLM sizes the MoE workspace for max_num_tokens * ep_size * top_k permuted rows)
-    ffn_tok = tok * s.a_dp
-    per_token = (4 * arch.hidden + 2 * widest) * _BF16
-    moe_per_token = (4 * arch.hidden + 2 * moe_widest) * _BF16 if moe_widest else 0.0
-    dense_ffn_tok = ffn_tok if arch.moe_layers < arch.layers else tok
+    # under attention-DP every rank's tokens reach each rank's routed experts (all-gather, or an all-to-all whose
+    # receive side is sized for the worst case): their buffers hold a_dp x max_num_tokens tokens
+    # (TensorRT-LLM sizes the MoE workspace for max_num_tokens * ep_size * top_k permuted rows); the dense FFN
+    # and the shared experts take the rank's own tokens then (data-parallel), every token of the replica under TP
+    expert_tok = tok * s.a_dp
+    routed = expert_tok * (4 * h + 4 * s.expert_ffn * arch.experts_per_token) if arch.is_moe else 0.0
+    shared = tok * (4 * h + 4 * s.shared_ffn) if s.shared_ffn else 0.0
     logits = min(rt.max_batch, tok) * s.vocab * 4.0
-    return max(tok * per_token, dense_ffn_tok * (4 * arch.hidden + 4 * s.ffn) * _BF16, ffn_tok * moe_per_token) + logits
+    return max(tok * (4 * h + 2 * widest), tok * (4 * h + 4 * s.ffn), routed, shared) * _BF16 + logits
 
 
 def memory_breakdown(arch: "Architecture", gpu: "GPU", dep: Deployment, batch_per_replica: float) -> MemoryBreakdown:

@@ -45,7 +45,8 @@ after parallelism; see :class:`Shards`):
   ``kv_b_proj``, ``o_proj``, ``gate_up_proj``, ``shared_gate_up``): it reads the bf16 input and writes FP8 plus one fp32 scale
   per 128 values.
 * FFN: ``gate_up``/``activation`` (SwiGLU + quantize, one kernel)/``down``
-  sharded by tp. MoE: ``router``; ``moe_permute``; ``experts_gate_up``/
+  sharded by tp; under attention-DP whole on every rank over its own tokens
+  (so are the shared experts: :attr:`Shards.ffn_tp`). MoE: ``router``; ``moe_permute``; ``experts_gate_up``/
   ``experts_down`` grouped GEMMs over the experts the *busiest* expert-parallel
   rank runs (:func:`busiest_rank_experts`) with the tokens it receives
   (:func:`busiest_rank_load`: routing skew from a published statistic plus the
@@ -56,7 +57,7 @@ after parallelism; see :class:`Shards`):
   ``maybe_execute_in_parallel``, SGLang's dual-stream MoE): their bytes and FLOPs
   count, their launches overlap the routed kernels'.
 * Communication: TP all-reduce after attention and FFN; with attention-DP an
-  all-gather of the tokens before the FFN/MoE and a reduce-scatter after it, or,
+  all-gather of the tokens before the routed experts and a reduce-scatter after them, or,
   for EP over multi-node NVLink (NVL72) with ep > top_k, an all-to-all
   dispatch/combine (each token sent once to each distinct rank holding one of
   its experts, :func:`ranks_per_token`, times the busiest rank's excess), as
@@ -227,6 +228,7 @@ class Shards:
     kv_dim: int  # per-GPU K (=V) width; MLA: the latent + rope width (shared by heads)
     o_in: int  # per-GPU input width of o_proj
     o_tp: int  # ways o_proj splits (and ranks of its all-reduce): a_tp, or all tp ranks under Helix
+    ffn_tp: int  # ways the dense FFN and the shared experts split: tp, or 1 under attention-DP
     ffn: int  # dense FFN width per GPU
     experts: int  # experts per GPU
     expert_ffn: int  # expert FFN width per GPU
@@ -277,13 +279,18 @@ def shards(arch: "Architecture", dep: Deployment) -> Shards:
         kv_dim = int(kv_heads * arch.head_dim)
         o_in = arch.heads // o_tp * arch.head_dim
     has_dense = arch.moe_layers < arch.layers
+    # attention-DP: the dense FFN layers and the shared experts run data-parallel as well, whole on every rank
+    # over its own tokens, with no collective; only the routed experts see every rank's tokens (TensorRT-LLM:
+    # DeepseekV3DecoderLayer._compute_mlp_tp_size and Deepseekv3MoE._compute_shared_expert_tp_size return 1
+    # under attention-DP, Llama4DecoderLayer / Llama4MoE build their GatedMLP with overridden_tp_size=1)
+    ffn_tp = 1 if dep.attention_dp else tp
     if has_dense:
-        _check_divides("ffn", arch.ffn, tp, "tp")
+        _check_divides("ffn", arch.ffn, ffn_tp, "tp")
     moe_tp = tp // ep
     if arch.is_moe:
         _check_divides("expert_ffn", arch.expert_ffn, moe_tp, "tp/ep")
         if arch.shared_experts:
-            _check_divides("shared_expert_ffn", arch.shared_expert_ffn * arch.shared_experts, tp, "tp")
+            _check_divides("shared_expert_ffn", arch.shared_expert_ffn * arch.shared_experts, ffn_tp, "tp")
     return Shards(
         a_tp=a_tp,
         a_dp=a_dp,
@@ -294,10 +301,11 @@ def shards(arch: "Architecture", dep: Deployment) -> Shards:
         kv_dim=kv_dim,
         o_in=o_in,
         o_tp=o_tp,
-        ffn=arch.ffn // tp if has_dense else 0,
+        ffn_tp=ffn_tp,
+        ffn=arch.ffn // ffn_tp if has_dense else 0,
         experts=arch.experts // ep if arch.is_moe else 0,
         expert_ffn=arch.expert_ffn // moe_tp if arch.is_moe else 0,
-        shared_ffn=(arch.shared_expert_ffn * arch.shared_experts) // tp if arch.is_moe else 0,
+        shared_ffn=(arch.shared_expert_ffn * arch.shared_experts) // ffn_tp if arch.is_moe else 0,
         # attention-DP: TensorRT-LLM keeps the embedding and lm_head whole on every rank, each rank's
         # own sequences through them ("the problem size of different ranks are different", so no
         # all-reduce: Qwen3MoEModel / Llama4Model embed_tokens, DecoderModelForCausalLM lm_head unless
@@ -483,14 +491,18 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
     dec_attn = decode / s.a_dp  # decoding sequences per GPU (attention)
     n_prompts = prefill_tokens / prefill_len if prefill_len > 0 else 0.0
 
-    # a collective before a norm carries it (TensorRT-LLM's all-reduce + residual + RMSNorm + quantize fusion)
-    attn_norm_fused = s.o_tp > 1 or s.a_dp > 1
+    # a collective before a norm carries it (TensorRT-LLM's all-reduce + residual + RMSNorm + quantize fusion):
+    # under TP the FFN's all-reduce, under attention-DP the MoE's reduce-scatter or combine (a data-parallel
+    # dense FFN ends in none); each layer's attention norm is counted with its own FFN's collective
     ffn_norm_fused = s.o_tp > 1
+    # tokens through the dense FFN and the shared experts on the busiest GPU: every token of the replica under
+    # TP; under attention-DP each rank's own (data-parallel, see Shards.ffn_tp)
+    f_tok = tokens if s.a_dp == 1 else t_attn
     # prompt attention in fp8 when the KV cache and activations are 8-bit or narrower (FP8 context FMHA)
     pf_prec = "fp8" if (kvp != "bf16" and a != "bf16" and "fp8" in gpu.peak_flops_per_s) else "bf16"
     for is_moe, window, count in layer_kinds(arch, dep.pp):
         # ---------------------------------------------------------------- attention
-        t.mem("attn_norm", t_attn * h * (2 * _BF16 + ab), count, fused=attn_norm_fused)
+        t.mem("attn_norm", t_attn * h * (2 * _BF16 + ab), count, fused=s.o_tp > 1 or (s.a_dp > 1 and is_moe))
         if arch.mla is None:
             t.gemm("qkv_proj", t_attn, s.q_dim + 2 * s.kv_dim, h, count, w=w, a=a)
             # prompt tokens: RoPE + KV-cache write as their own pre-processing kernel; decode tokens: inside the
@@ -561,15 +573,11 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
         # -------------------------------------------------------------------- FFN
         t.mem("ffn_norm", t_attn * h * (2 * _BF16 + ab), count, fused=ffn_norm_fused)
         if not is_moe:
-            if s.a_dp > 1:  # attention-DP: bring every rank's tokens to the TP FFN
-                t.comm("ffn_all_gather", "all_gather", tokens * h * ab, tp, count)
             n_up = s.ffn * (2 if arch.gated_ffn else 1)
-            t.gemm("gate_up_proj", tokens, n_up, h, count, w=w, a=a)
-            t.mem("activation", tokens * (n_up * _BF16 + s.ffn * ab), count)  # SwiGLU + quantize, one kernel
-            t.gemm("down_proj", tokens, h, s.ffn, count, w=w, a=a)
-            if s.a_dp > 1:
-                t.comm("ffn_reduce_scatter", "reduce_scatter", tokens * h * _BF16, tp, count)
-            elif tp > 1:
+            t.gemm("gate_up_proj", f_tok, n_up, h, count, w=w, a=a)
+            t.mem("activation", f_tok * (n_up * _BF16 + s.ffn * ab), count)  # SwiGLU + quantize, one kernel
+            t.gemm("down_proj", f_tok, h, s.ffn, count, w=w, a=a)
+            if s.ffn_tp > 1:
                 t.comm("ffn_all_reduce", "all_reduce", tokens * h * _BF16, tp, count)
             continue
         e, k = arch.experts, arch.experts_per_token
@@ -611,9 +619,9 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
             # GEMMs): TensorRT-LLM's DeepseekV3MoE / Llama4MoE maybe_execute_in_parallel, SGLang's dual-stream
             # MoE; their launches overlap, their bytes and FLOPs do not
             n_sh = s.shared_ffn * (2 if arch.gated_ffn else 1)
-            t.gemm("shared_gate_up", tokens, n_sh, h, count, w=w, a=a, side_stream=True)
-            t.mem("shared_activation", tokens * (n_sh * _BF16 + s.shared_ffn * ab), count, side_stream=True)
-            t.gemm("shared_down", tokens, h, s.shared_ffn, count, w=w, a=a, side_stream=True)
+            t.gemm("shared_gate_up", f_tok, n_sh, h, count, w=w, a=a, side_stream=True)
+            t.mem("shared_activation", f_tok * (n_sh * _BF16 + s.shared_ffn * ab), count, side_stream=True)
+            t.gemm("shared_down", f_tok, h, s.shared_ffn, count, w=w, a=a, side_stream=True)
         if a2a:
             fan = ranks_per_token(e, k, dep.ep) * imbalance
             t.comm("moe_combine_all_to_all", "all_to_all", t_attn * fan * h * _BF16, tp, count)
