@@ -78,7 +78,8 @@ from scipy.stats import spearmanr
 
 from co_design.arch import MLA, Architecture
 from co_design.hardware import get_gpu
-from co_design.perf import SLO, Deployment, Runtime, TPOTMeasurement, anchor_runtime, max_throughput, predict
+from co_design.perf import (SLO, Deployment, Prediction, Runtime, TPOTMeasurement, anchor_runtime, max_throughput,
+                            predict)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data" / "published_serving.json"
@@ -240,13 +241,34 @@ def deployments_of(row: dict[str, Any], arch: Architecture, runtime: Runtime,
     return out, slo
 
 
+def finite_run(arch: Architecture, gpu: Any, p: Prediction, requests: int) -> tuple[float, int]:
+    """(output tokens/s per GPU, wave size) of an offline benchmark that submits ``requests`` requests at once
+    and divides their output tokens by the time until the last one finishes (``trtllm-bench throughput``), on
+    the deployment and batch of ``p`` (a :func:`max_throughput` prediction).
+
+    The runtime admits what it holds, at most ``p.batch``; with one ISL and OSL for every request (stdev 0)
+    those run in step and finish together, so the run is ``ceil(requests / b)`` waves: full waves of ``b``
+    and a last one of the remainder, each lasting OSL iterations at the step time of its batch (the
+    prompts' prefill is inside that step time, amortized as in steady state). The steady-state rate holds
+    only when ``requests`` is a large multiple of ``b``: a set smaller than what the GPUs hold runs at its
+    own size, and a remainder wave decodes OSL tokens at a small batch. Nothing fitted."""
+    d = p.deployment
+    b = min(p.batch, requests)
+    full, rem = divmod(requests, b)
+    step = p.tpot_s if b == p.batch else predict(arch, gpu, d.replace(concurrency=b)).tpot_s
+    seconds_per_token = full * step + (predict(arch, gpu, d.replace(concurrency=rem)).tpot_s if rem else 0.0)
+    return requests / seconds_per_token / (d.gpus or d.tp * d.pp), b
+
+
 def predict_row(row: dict[str, Any], runtime: Runtime, arrivals: str = "steady") -> dict[str, Any]:
     """Max-throughput prediction (or, for a row with a published concurrency, the prediction at it);
-    ``arrivals`` (``Deployment.arrivals``) sets its TTFT under load."""
+    ``arrivals`` (``Deployment.arrivals``) sets its TTFT under load. An offline row that states how many requests
+    the benchmark sent is predicted as that finite run (:func:`finite_run`), each mapping at its own."""
     arch = arch_of(row)
     gpu = get_gpu(row["hardware"].lower())
     deps, slo = deployments_of(row, arch, runtime, arrivals)
-    best = None
+    requests = row.get("num_requests") if not row.get("concurrency") and not is_mlperf(row) else None
+    best, best_rate, wave = None, 0.0, None
     for d in deps:
         try:
             p = predict(arch, gpu, d) if d.concurrency else max_throughput(arch, gpu, d, slo=slo)
@@ -254,13 +276,16 @@ def predict_row(row: dict[str, Any], runtime: Runtime, arrivals: str = "steady")
             continue
         if not p.fits:
             continue
-        if best is None or p.output_tokens_per_s_per_gpu > best.output_tokens_per_s_per_gpu:
-            best = p
+        rate, b = finite_run(arch, gpu, p, requests) if requests else (p.output_tokens_per_s_per_gpu, p.batch)
+        if best is None or rate > best_rate:
+            best, best_rate, wave = p, rate, b
     out = {"id": row["id"], "measured": measured_per_gpu(row), "predicted": None}
     if best is not None:
         d = best.deployment
-        out.update(predicted=best.output_tokens_per_s_per_gpu, batch=best.batch, mapping=d.label, bound=best.bound,
+        out.update(predicted=best_rate, batch=wave, mapping=d.label, bound=best.bound,
                    tpot_ms=best.tpot_s * 1e3, ttft_ms=best.ttft_s * 1e3, isl=d.isl, osl=d.osl)
+        if requests:
+            out.update(requests=requests, steady=best.output_tokens_per_s_per_gpu, steady_batch=best.batch)
     target = latency_target(row) if row.get("concurrency") else None
     if target:  # a latency row: compared on its published latency, not on throughput
         kind, value = target
