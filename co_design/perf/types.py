@@ -143,7 +143,7 @@ class Runtime:
     max_num_tokens: int = 8192
     kv_cache_memory_fraction: float = 0.9
     reserve_bytes: float = 3.0 * 2**30
-    compute_efficiency: float = 0.9
+    compute_efficiency: float = 1.0
     nvfp4_compute_efficiency: float = 0.6
     bandwidth_efficiency: float = 1.0
     grouped_gemm_efficiency: float = 0.2
@@ -222,8 +222,10 @@ class Deployment:
       ``gpus / (tp * pp)`` replicas serve independent requests.
     * ``tp``: tensor-parallel size of a replica. With ``attention_dp`` the
       attention runs data-parallel across these ``tp`` ranks (each rank its own
-      requests, full attention weights) while the FFN/MoE stays TP/EP ("DEP" with
-      ``ep > 1``; "ADP" without expert parallelism, e.g. a dense model).
+      requests, full attention weights), and so do the dense FFN layers and the
+      shared experts (whole on every rank, as TensorRT-LLM builds them), while the
+      routed experts stay TP/EP over every rank's tokens ("DEP" with ``ep > 1``;
+      "ADP" without expert parallelism).
     * ``ep``: expert-parallel size inside the ``tp`` ranks (``tp % ep == 0``;
       each expert split ``tp / ep`` ways).
     * ``pp``: pipeline stages (layers split evenly; the slowest stage sets the pace).

@@ -437,3 +437,39 @@ def test_ttft_load_puts_the_benchmarked_closed_loop_between_steady_and_burst(tmp
     assert report["summary"]["test"]["all"]["steady"]["rows"] == 3
     text = (tmp_path / "ttft_load.md").read_text()
     assert "| lat-002 | test |" in text and json.loads((tmp_path / "ttft_load.json").read_text())["rows"]
+
+
+def test_a_finite_offline_run_is_waves_of_what_the_gpus_hold():
+    from co_design.arch import Architecture
+    from co_design.hardware import get_gpu
+    from co_design.perf import Deployment, max_throughput, predict
+
+    arch = Architecture(hidden=2048, layers=4, heads=16, kv_heads=4, ffn=8192, vocab=32000)
+    gpu = get_gpu("h100")
+    dep = Deployment(gpus=2, tp=2, weights="fp8", activations="fp8", isl=1000, osl=1000)
+    p = max_throughput(arch, gpu, dep)
+    b = p.batch
+    tpot = lambda c: predict(arch, gpu, dep.replace(concurrency=c)).tpot_s  # noqa: E731
+    # whole waves of b: the steady-state rate
+    assert vp.finite_run(arch, gpu, p, 7 * b) == (pytest.approx(p.output_tokens_per_s_per_gpu), b)
+    # fewer requests than the GPUs hold: one wave of all of them, slower per GPU than steady state
+    rate, wave = vp.finite_run(arch, gpu, p, b // 3)
+    assert wave == b // 3 and rate == pytest.approx(b // 3 / tpot(b // 3) / 2)
+    assert rate < p.output_tokens_per_s_per_gpu
+    # one request past a whole wave decodes OSL tokens alone: b + 1 requests in the time of two waves
+    rate, _ = vp.finite_run(arch, gpu, p, b + 1)
+    assert rate == pytest.approx((b + 1) / (tpot(b) + tpot(1)) / 2)
+    assert rate < p.output_tokens_per_s_per_gpu
+
+
+def test_offline_rows_with_a_request_count_are_predicted_as_that_run():
+    rows = {r["id"]: r for r in json.loads(vp.DATA.read_text())}
+    row = rows["serve-215"]  # Qwen3-235B-A22B on 8 B200, 1000/2000, 1500 requests: fewer than the GPUs hold
+    assert row["num_requests"] == 1500
+    rt = vp.Runtime()
+    out = vp.predict_row(row, rt)
+    assert out["requests"] == 1500 and out["batch"] == 1500 < out["steady_batch"]
+    assert out["predicted"] < out["steady"]
+    steady = vp.predict_row({k: v for k, v in row.items() if k != "num_requests"}, rt)
+    # the steady-state prediction maximizes over mappings too, so it is at least the chosen mapping's
+    assert "requests" not in steady and steady["predicted"] >= out["steady"] > out["predicted"]

@@ -631,6 +631,34 @@ def test_attention_dp_keeps_embedding_and_head_whole_on_every_rank(attention_dp,
     assert ("logits_all_gather" in ops) == (not attention_dp)
 
 
+@pytest.mark.parametrize("attention_dp, ways", [(False, 4), (True, 1)])
+def test_attention_dp_runs_the_dense_ffn_and_shared_experts_data_parallel(attention_dp, ways):
+    # TensorRT-LLM under enable_attention_dp builds the dense MLP layers and the shared experts with tp size 1
+    # (DeepseekV3 _compute_mlp_tp_size / _compute_shared_expert_tp_size, Llama4 overridden_tp_size=1): whole on
+    # every rank over the rank's own tokens, with no collective; only the routed experts see every rank's tokens
+    arch = MOE.replace(shared_experts=1, shared_expert_ffn=1024, dense_layers=1)
+    d = Deployment(tp=4, ep=4, attention_dp=attention_dp, weights="bf16", activations="bf16", isl=1000, osl=1000,
+                   concurrency=256)
+    # weights: 512 more dense-FFN (or shared-expert) columns add 3 x 512 x hidden per layer holding them, / ways
+    h, wb = arch.hidden, 2.0
+    wider_ffn = arch.replace(ffn=arch.ffn + 512)
+    assert weights_bytes_per_gpu(wider_ffn, d) - weights_bytes_per_gpu(arch, d) == 3 * 512 * h * wb / ways
+    wider_shared = arch.replace(shared_expert_ffn=1024 + 512)
+    assert weights_bytes_per_gpu(wider_shared, d) - weights_bytes_per_gpu(arch, d) == 3 * 3 * 512 * h * wb / ways
+    kw = dict(decode=256, context=1500, prefill_tokens=0, prefill_len=1000)
+    ops = {o.name: o for o in step_ops(arch, get_gpu("b200"), d, **kw)}
+    own = 256 // (4 // ways)  # tokens through them on a GPU: its own 64 under attention-DP, all 256 under TP
+    assert ops["gate_up_proj"].shape == (own, 2 * arch.ffn // ways, h)
+    assert ops["shared_down"].shape == (own, h, 1024 // ways)
+    dense_comm = {o.name for o in step_ops(arch.replace(experts=0, experts_per_token=0, shared_experts=0,
+                                                        dense_layers=0), get_gpu("b200"), d.replace(ep=1), **kw)
+                  if o.kind == "communication"}
+    assert dense_comm == ({"attn_all_reduce", "ffn_all_reduce", "logits_all_gather"} if not attention_dp else set())
+    # the MoE layers still gather every rank's tokens for the routed experts and scatter the outputs back
+    moe_comm = {o.name for o in ops.values() if o.kind == "communication"}
+    assert ({"ffn_all_gather", "ffn_reduce_scatter"} <= moe_comm) == attention_dp
+
+
 def test_block_scaled_fp8_quantizes_each_dense_gemm_input_that_no_kernel_before_it_writes():
     gpu = get_gpu("h100")
     kw = dict(decode=8, context=1000, prefill_tokens=0, prefill_len=1000)
