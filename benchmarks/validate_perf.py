@@ -1473,7 +1473,9 @@ def main(argv: list[str] | None = None) -> int:
          f"{' --pair-moves' if args.pair_moves else ''}` ({len(rows)} dev rows, "
          f"{len(test_rows)} test rows; {elapsed:.2f} s for all dev-row predictions incl. mapping sweeps).", "",
          "Metric: output tokens/s per GPU at maximum throughput (MLPerf Server/Interactive: under the latency "
-         "limits). MdAPE = median |pred - meas| / meas; signed = median (pred - meas) / meas.", ""]
+         "limits; a perf-overview row as the finite run it was: its request count submitted at once, in waves of "
+         "what the GPUs hold, `finite_run`). MdAPE = median |pred - meas| / meas; signed = median (pred - meas) "
+         "/ meas.", ""]
     L += ["## Close pairs (what a search decides)", "",
           "Pairs of perf-overview rows on the same GPU and ISL/OSL, banded by measured throughput ratio; concordant "
           "= the model orders the pair as measured.", "",
@@ -1652,8 +1654,9 @@ def main(argv: list[str] | None = None) -> int:
                                                        concordance_by_kind(dev, aic, same_setting).items()) + ".", ""]
     L += ["## What the model does not capture", "",
           "- Speculative decoding (MTP, EAGLE, n-gram drafts): not modelled; such rows are listed, not scored.",
-          "- Scheduler dynamics beyond the steady state: ramp-up/drain, queueing under Poisson arrivals (MLPerf "
-          "Server p99 limits are applied to steady-state TTFT/TPOT), preemption, variable-length requests.",
+          "- Scheduler dynamics beyond the steady state and whole waves: the ramp-up and drain inside a wave, "
+          "queueing under Poisson arrivals (MLPerf Server p99 limits are applied to steady-state TTFT/TPOT), "
+          "preemption, variable-length requests.",
           "- Per-shape kernel behaviour beyond the tile model: one fitted fraction per op class; "
           "compute/communication overlap is not modelled (communication adds).",
           "- Power/clock throttling, L2 residency of small weights, disaggregated serving, prefix caching.",
