@@ -473,3 +473,18 @@ def test_offline_rows_with_a_request_count_are_predicted_as_that_run():
     steady = vp.predict_row({k: v for k, v in row.items() if k != "num_requests"}, rt)
     # the steady-state prediction maximizes over mappings too, so it is at least the chosen mapping's
     assert "requests" not in steady and steady["predicted"] >= out["steady"] > out["predicted"]
+
+
+def test_multi_gpu_moe_perf_overview_rows_run_attention_dp_as_their_page_configures():
+    # the page's MoE llm_options set enable_attention_dp: true; its EP size is not stated, so both stay open
+    rows = [r for r in json.loads(vp.DATA.read_text())
+            if r["arch"]["family"] == "moe" and not vp.is_mlperf(r)]
+    multi = [r for r in rows if r["num_gpus"] > 1]
+    assert len(multi) == 70 and all(r["parallelism"]["attention_dp"] is True for r in multi)
+    assert all((r.get("parallelism") or {}).get("attention_dp") is None for r in rows if r["num_gpus"] == 1)
+    for r in multi:
+        deps, _ = vp.deployments_of(r, vp.arch_of(r), vp.Runtime())
+        assert deps and all(d.attention_dp for d in deps)
+        assert {d.ep for d in deps} == {1, r["num_gpus"]}
+    maverick_h100 = next(r for r in multi if r["id"] == "serve-252")
+    assert vp.predict_row(maverick_h100, vp.Runtime())["mapping"].endswith(("ADP", "DEP"))
