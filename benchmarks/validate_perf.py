@@ -37,9 +37,10 @@ What is reported (benchmarks/results/validation.md + validation.json):
 Row -> model inputs (stated, not fitted per row): architecture from the row's ``arch`` block
 (Llama-4 chunked attention as a sliding window on 3 of 4 layers; Maverick MoE every 2nd layer;
 DeepSeek MLA, first 3 layers dense); FP8 rows = W8A8 + fp8 KV, FP4 rows = NVFP4 W4A4 + fp8 KV, 16-bit
-rows = bf16 (FP16 runs at the same rate and size); MoE rows without a published mapping: the best of
-{EP 1, EP = TP} x {attention-DP off, on}; MLPerf rows: ISL assumed as in the AIC baseline, replicas of
-1/2/4/8 GPUs, latency limits as an SLO.
+rows = bf16 (FP16 runs at the same rate and size); MoE rows without a published EP size: the best of
+EP 1 and EP = TP, under attention-DP where the row states it (the perf-overview page's MoE options set it),
+else also with it off; MLPerf rows: ISL assumed as in the AIC baseline, replicas of 1/2/4/8 GPUs, latency
+limits as an SLO.
 
 Usage::
 
@@ -258,6 +259,18 @@ def finite_run(arch: Architecture, gpu: Any, p: Prediction, requests: int) -> tu
     step = p.tpot_s if b == p.batch else predict(arch, gpu, d.replace(concurrency=b)).tpot_s
     seconds_per_token = full * step + (predict(arch, gpu, d.replace(concurrency=rem)).tpot_s if rem else 0.0)
     return requests / seconds_per_token / (d.gpus or d.tp * d.pp), b
+
+
+def aic_rate(aic_row: dict[str, Any], row: dict[str, Any] | None) -> float | None:
+    """AIConfigurator's output tokens/s per GPU for a published row (``benchmarks/aiconfigurator_baseline.py``'s
+    stored result): its best over the mappings it swept, or, where the row states attention-DP, its best over the
+    attention-DP ones (``attn_dp*``), so both models run the mappings the row allows."""
+    if not (row and (row.get("parallelism") or {}).get("attention_dp")):
+        return aic_row.get("aic_output_tokens_per_s_per_gpu")
+    maps = ((aic_row.get("aic_config") or {}).get("mappings") or {})
+    rates = [m["output_tokens_per_s_per_gpu"] for name, m in maps.items()
+             if name.startswith("attn_dp") and m.get("output_tokens_per_s_per_gpu")]
+    return max(rates) if rates else None
 
 
 def predict_row(row: dict[str, Any], runtime: Runtime, arrivals: str = "steady") -> dict[str, Any]:
@@ -1463,7 +1476,7 @@ def main(argv: list[str] | None = None) -> int:
     aic = None
     if AIC.exists():
         raw = json.loads(AIC.read_text())
-        aic = {r["id"]: r.get("aic_output_tokens_per_s_per_gpu") for r in (raw["rows"] if isinstance(raw, dict) else raw)}
+        aic = {r["id"]: aic_rate(r, by_id.get(r["id"])) for r in (raw["rows"] if isinstance(raw, dict) else raw)}
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

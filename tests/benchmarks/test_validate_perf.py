@@ -488,3 +488,12 @@ def test_multi_gpu_moe_perf_overview_rows_run_attention_dp_as_their_page_configu
         assert {d.ep for d in deps} == {1, r["num_gpus"]}
     maverick_h100 = next(r for r in multi if r["id"] == "serve-252")
     assert vp.predict_row(maverick_h100, vp.Runtime())["mapping"].endswith(("ADP", "DEP"))
+
+
+def test_aiconfigurator_is_compared_on_the_mappings_the_row_allows():
+    swept = {"aic_output_tokens_per_s_per_gpu": 30.0, "aic_config": {"mappings": {
+        "attn_tp8_moe_tp8": {"output_tokens_per_s_per_gpu": 30.0}, "attn_dp8_moe_ep8": {"output_tokens_per_s_per_gpu": 20.0},
+        "attn_dp8_moe_tp8": {"output_tokens_per_s_per_gpu": 25.0}, "attn_tp8_moe_ep8": {"output_tokens_per_s_per_gpu": None}}}}
+    assert vp.aic_rate(swept, {"parallelism": {"tp": 8, "attention_dp": True}}) == 25.0
+    assert vp.aic_rate(swept, {"parallelism": {"tp": 8}}) == 30.0
+    assert vp.aic_rate(swept, None) == 30.0
