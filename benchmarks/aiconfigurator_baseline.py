@@ -16,7 +16,9 @@ next to the measured one:
   h100_sxm/h200_sxm/b200_sxm/gb200 in AIC 0.12 (closest available to the TensorRT-LLM 1.0 era rows).
 * MoE rows: the perf-overview page gives only "TPn" and runs ``trtllm-bench --ep $ep_size`` with
   ``enable_attention_dp`` in its llm_options, EP size not stated. All four mappings of n GPUs are swept
-  (attention TP or attention-DP, MoE TP or EP); the best is the headline, the pure-TP one is kept too.
+  (attention TP or attention-DP, MoE TP or EP); the best is the headline, the pure-TP one is kept too,
+  and every mapping's result is stored: the rows now state attention-DP (``parallelism.attention_dp``,
+  see ``benchmarks/data/README.md``), so ``validate_perf.aic_rate`` compares AIC on its attention-DP ones.
 * MLPerf rows have no parallelism, ISL or OSL: replica sizes 1/2/4/8 GPUs are swept (replicas scale
   per GPU), OSL is the run's own output tokens/sample (or the MLCommons reference tokens_per_sample)
   and ISL is an assumption with a sensitivity range (see ``MLPERF_WORKLOADS``).
