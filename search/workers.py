@@ -180,7 +180,8 @@ def summary_turn(study: optuna.Study, run_dir: str | Path) -> tuple[bool, str]:
         return False, f"trial(s) {shown} still running on other workers; the last worker to finish writes it"
     mark = _read_mark(run_dir)
     if mark and mark.get("trials") == _state(study) and mark.get("run_id") == summary_run_id(study):
-        return False, f"already written for these {mark['trials']} trials by worker pid {mark.get('pid')}: {mark.get('dir')}"
+        return False, (f"already written for the study as it stands ({mark['trials']} stored trials, duplicates "
+                       f"included) by worker pid {mark.get('pid')}: {mark.get('dir')}")
     return True, ""
 
 

@@ -416,3 +416,21 @@ def test_shapes_queued_after_the_study_is_full_are_drained_as_surplus():
     drained = study.trials[-1]
     assert drained.state == TrialState.PRUNED and drained.user_attrs[SURPLUS_ATTR] == 2
     assert not counts_toward_n_trials(drained) and sum(map(counts_toward_n_trials, study.trials)) == 2
+
+
+def test_a_written_summary_is_not_rewritten_and_says_what_it_counted(tmp_path):
+    # the front counts finished trials toward n_trials; a duplicate is stored but not counted, so the note
+    # must not read as a different trial count than the front's
+    from search.workers import record_summary, summary_turn
+
+    study = optuna.create_study(directions=["minimize"])
+    for number, state in enumerate((TrialState.COMPLETE, TrialState.COMPLETE, TrialState.PRUNED)):
+        study.add_trial(optuna.trial.create_trial(
+            state=state, values=[1.0 + number] if state == TrialState.COMPLETE else None,
+            params={}, distributions={}, user_attrs={"duplicate_of": 0} if state == TrialState.PRUNED else {}))
+    assert summary_turn(study, tmp_path) == (True, "")
+    record_summary(study, tmp_path, "wandb-dir")
+    turn, note = summary_turn(study, tmp_path)
+    assert not turn and "(3 stored trials, duplicates included)" in note and note.endswith(": wandb-dir")
+    study.add_trial(optuna.trial.create_trial(state=TrialState.COMPLETE, values=[5.0], params={}, distributions={}))
+    assert summary_turn(study, tmp_path) == (True, "")  # a new trial: the summary is due again
