@@ -421,13 +421,14 @@ def test_shapes_queued_after_the_study_is_full_are_drained_as_surplus():
 def test_a_written_summary_is_not_rewritten_and_says_what_it_counted(tmp_path):
     # the front counts finished trials toward n_trials; a duplicate is stored but not counted, so the note
     # must not read as a different trial count than the front's
+    from search.study import DUPLICATE_ATTR
     from search.workers import record_summary, summary_turn
 
     study = optuna.create_study(directions=["minimize"])
     for number, state in enumerate((TrialState.COMPLETE, TrialState.COMPLETE, TrialState.PRUNED)):
         study.add_trial(optuna.trial.create_trial(
             state=state, values=[1.0 + number] if state == TrialState.COMPLETE else None,
-            params={}, distributions={}, user_attrs={"duplicate_of": 0} if state == TrialState.PRUNED else {}))
+            params={}, distributions={}, user_attrs={DUPLICATE_ATTR: 0} if state == TrialState.PRUNED else {}))
     assert summary_turn(study, tmp_path) == (True, "")
     record_summary(study, tmp_path, "wandb-dir")
     turn, note = summary_turn(study, tmp_path)
