@@ -333,16 +333,28 @@ def test_export_errors(config, capsys, tmp_path):
 
 def test_arrivals_name_the_ttft_they_give(config, capsys):
     ttft = {}
-    for arrivals in ("steady", "burst"):
+    for arrivals in ("steady", "burst", "poisson"):
         assert main(["predict", config, "--concurrency", "32", "--isl", "2048", "--no-advice",
                      "--arrivals", arrivals]) == 0
         out = capsys.readouterr().out
-        line = next(ln for ln in out.splitlines() if ln.startswith("TTFT"))
-        assert line.startswith(f"TTFT ({arrivals} arrivals)")
-        ttft[arrivals] = float(line.split()[-2].replace(",", ""))
-    assert ttft["burst"] > 1.25 * ttft["steady"]  # 32 prompts of 2048 tokens wait for one another (54 vs 36 ms)
-    assert main(["predict", config, "--arrivals", "poisson"]) == 2
-    assert "--arrivals: invalid choice: 'poisson' (choose from" in capsys.readouterr().err
+        lines = [ln for ln in out.splitlines() if ln.startswith("TTFT")]
+        assert [ln.split(")")[0] for ln in lines] == [f"TTFT ({arrivals} arrivals, mean", f"TTFT ({arrivals} arrivals, p99"]
+        ttft[arrivals] = [float(ln.split()[-2].replace(",", "")) for ln in lines]
+    assert ttft["burst"][0] > 1.25 * ttft["steady"][0]  # 32 prompts of 2048 tokens wait for one another (54 vs 36 ms)
+    assert ttft["burst"][1] > ttft["burst"][0]  # the wave's later prompts wait longest
+    assert ttft["steady"][1] == ttft["steady"][0]  # every steady request waits alike
+    assert ttft["poisson"][0] >= ttft["steady"][0] and ttft["poisson"][1] > ttft["steady"][1]  # prompts queue at random
+    assert main(["predict", config, "--arrivals", "bursty"]) == 2
+    assert "--arrivals: invalid choice: 'bursty' (choose from" in capsys.readouterr().err
+
+
+def test_p99_ttft_bound_picks_a_batch_whose_prompt_queue_meets_it(config, capsys):
+    base = ["predict", config, "--json", "--no-advice", "--isl", "4096", "--osl", "128", "--arrivals", "poisson"]
+    assert main(base) == 0
+    free = json.loads(capsys.readouterr().out)
+    assert main([*base, "--max-ttft-p99-ms", str(free["ttft_p99_ms"] / 2)]) == 0
+    bound = json.loads(capsys.readouterr().out)
+    assert bound["ttft_p99_ms"] <= free["ttft_p99_ms"] / 2 and bound["batch"] < free["batch"]
 def test_fp8_scaling_block_adds_quantization_kernels_and_needs_fp8_activations(config, capsys, tmp_path):
     fp8 = ["--hardware", "h100", "--weights", "fp8", "--activations", "fp8", "--concurrency", "1", "--json",
            "--no-advice"]

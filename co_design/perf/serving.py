@@ -34,8 +34,10 @@ micro-batches in flight.
   Those iterations run outside a CUDA graph, each kernel at least
   ``Runtime.eager_launch_s`` of host launch. The steady-state mix above keeps its prompt
   iterations at graph speed: with many requests in flight their GPU time dominates.
-  Queueing of steady arrivals behind one another is not modelled
-  (``benchmarks/results/ttft_load.md`` measures both forms against published rows).
+  Poisson arrivals: as steady, plus the wait behind earlier prompts, an M/D/1 queue of prefill work
+  (:func:`_prompt_load`, :mod:`co_design.perf.queueing`); ``Prediction.ttft_p99_s`` is its 99th
+  percentile. Steady arrivals do not queue behind one another
+  (``benchmarks/results/ttft_load.md`` measures steady and burst against published rows).
 * More requests than a replica holds (its KV cache at ISL+OSL, ``Runtime.max_batch``):
   :func:`predict` runs what fits and the rest wait for a slot; TTFT adds the wait, by
   Little's law (:func:`_queued`).
@@ -52,6 +54,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 from co_design.hardware import GPU, PRECISION_FIELDS, check_precision, get_gpu
 from co_design.perf.memory import max_batch, memory_breakdown
 from co_design.perf.ops import attention_head_dim, shards, step_ops, step_time
+from co_design.perf.queueing import md1_mean_wait, md1_wait_quantile
 from co_design.perf.types import SLO, Deployment, OpCost, Prediction
 
 if TYPE_CHECKING:
@@ -99,9 +102,11 @@ def _merged(ops: list[OpCost]) -> list[OpCost]:
     return list(out.values())
 
 
-def _prompt_iterations(dep: Deployment, a_dp: int, b: int) -> tuple[list[tuple[float, dict]], float]:
-    """The iterations a request waits through until its first token: ``([(weight, step kwargs), ...], mean
-    iterations)``, each weight the mean number of such iterations one request of the replica waits through.
+def _prompt_iterations(dep: Deployment, a_dp: int, b: int) -> tuple[list[tuple[float, float, dict]], float]:
+    """The iterations a request waits through until its first token: ``([(weight, p99 weight, step kwargs), ...],
+    mean iterations)``, each weight the mean number of such iterations one request of the replica waits through,
+    each p99 weight the number the request at the 99th percentile waits through (the same under steady arrivals,
+    where every request waits alike).
 
     Steady arrivals (and any single request): one prompt, beside the decode tokens of the ``b - 1`` others on its
     scheduler. It takes ceil(P / C) iterations, full chunks of C and one with the rest, C = ``max_num_tokens``
@@ -115,6 +120,10 @@ def _prompt_iterations(dep: Deployment, a_dp: int, b: int) -> tuple[list[tuple[f
     j (from 0) has its first token after iteration ceil((j + 1) P / C) of ceil(n P / C). Every iteration but
     the last is full. A finished prompt's decode tokens in the wave's later iterations are left out (SGLang
     schedules waiting prompts before decoding; TensorRT-LLM and vLLM mix them in, at one token per request).
+    The request at the 99th percentile is prompt ceil(0.99 n) - 1 of the wave.
+
+    Poisson arrivals: as steady (a prompt's own iterations); the wait behind other prompts is added by
+    :func:`_evaluate`.
     """
     rt, isl = dep.runtime, dep.isl
     mb = b / dep.pp
@@ -128,33 +137,36 @@ def _prompt_iterations(dep: Deployment, a_dp: int, b: int) -> tuple[list[tuple[f
         done = [math.ceil((j + 1) * isl / per_iteration - 1e-9) for j in range(n)]  # first-token iteration of each
         waits_full = sum(min(d, k - 1) for d in done) / n  # full iterations a prompt waits through, on average
         waits_last = sum(d == k for d in done) / n
+        d99 = done[math.ceil(0.99 * n) - 1]  # the first-token iteration of the request at the 99th percentile
         spread = mb / n  # attention ranks holding prompts, as many as the busiest one
         kw = dict(decode=0.0, context=context, prefill_len=float(isl), prompt_ranks=spread)
-        kinds = [(w, dict(kw, prefill_tokens=tokens * spread)) for w, tokens in
-                 ((waits_full, per_iteration), (waits_last, last)) if w > 0]
+        kinds = [(w, w99, dict(kw, prefill_tokens=tokens * spread)) for w, w99, tokens in
+                 ((waits_full, float(min(d99, k - 1)), per_iteration), (waits_last, float(d99 == k), last))
+                 if w > 0 or w99 > 0]
         return kinds, waits_full + waits_last
     others = max(0.0, (mb - 1) / a_dp)
     per_iteration = max(_MIN_CONTEXT_CHUNK, rt.max_num_tokens - others)
     k = math.ceil(isl / per_iteration - 1e-9)
     kw = dict(decode=max(0.0, mb - 1), context=context, prefill_len=float(isl), prompt_ranks=1.0)
-    kinds = [(float(n), dict(kw, prefill_tokens=float(tokens)))
+    kinds = [(float(n), float(n), dict(kw, prefill_tokens=float(tokens)))
              for n, tokens in ((k - 1, per_iteration), (1, isl - (k - 1) * per_iteration)) if n > 0]
     return kinds, float(k)
 
 
 def _ttft(arch: "Architecture", gpu: GPU, dep: Deployment, a_dp: int, b: int, with_ops: bool,
-          ) -> tuple[float, list[OpCost]]:
-    """Mean TTFT (seconds) of a replica holding ``b`` requests, and its op rows (per op, summed over the
+          ) -> tuple[float, float, list[OpCost]]:
+    """Mean and 99th-percentile TTFT (seconds) of a replica holding ``b`` requests (before any queueing of
+    Poisson arrivals, which :func:`_evaluate` adds), and the op rows of the mean (per op, summed over the
     iterations one request waits through) when ``with_ops``. Those iterations carry a prompt, so they run
     outside a CUDA graph, each kernel at least ``Runtime.eager_launch_s``; each adds the host's per-iteration
     time, and the request ``Runtime.first_token_overhead_s`` off the GPU."""
     rt = dep.runtime
     kinds, iterations = _prompt_iterations(dep, a_dp, b)
-    pf_s, pf_ops = 0.0, []
-    for weight, kw in kinds:
+    pf_s, pf99_s, pf_ops = 0.0, 0.0, []
+    for weight, weight99, kw in kinds:
         if with_ops:
             part = step_ops(arch, gpu, dep, phase="prefill", eager=True, **kw)
-            pf_s += weight * sum(o.time_s for o in part)
+            step_s = sum(o.time_s for o in part)
             part = _scaled(part, weight)
             if [o.name for o in part] == [o.name for o in pf_ops]:  # the same ops in the same order: one row
                 part = [dataclasses.replace(a, count=a.count + c.count, time_s=a.time_s + c.time_s,
@@ -163,9 +175,32 @@ def _ttft(arch: "Architecture", gpu: GPU, dep: Deployment, a_dp: int, b: int, wi
                 pf_ops = []
             pf_ops += part
         else:
-            pf_s += weight * sum(step_time(arch, gpu, dep, eager=True, **kw).values())
+            step_s = sum(step_time(arch, gpu, dep, eager=True, **kw).values())
+        pf_s += weight * step_s
+        pf99_s += weight99 * step_s
     host = rt.iteration_overhead_s + rt.request_overhead_s * b / a_dp
-    return dep.pp * pf_s + iterations * host + rt.first_token_overhead_s, pf_ops
+    iterations99 = sum(w99 for _, w99, _ in kinds)
+    return (dep.pp * pf_s + iterations * host + rt.first_token_overhead_s,
+            dep.pp * pf99_s + iterations99 * host + rt.first_token_overhead_s, pf_ops)
+
+
+def _prompt_load(arch: "Architecture", gpu: GPU, dep: Deployment, b: int, tpot_s: float, budget: float,
+                 context: float, host_s: float) -> tuple[float, float]:
+    """``(rho, S)`` of a replica's prompt queue under Poisson arrivals (:mod:`co_design.perf.queueing`).
+
+    At ``b`` requests in flight the replica completes ``lambda = b / (OSL x TPOT)`` requests per second (its
+    tokens/s over OSL), and as many prompts arrive. While prompts wait, every iteration is full: the ``b / pp``
+    decode tokens and ``room = budget - b / pp`` prompt tokens (``max_num_tokens`` per attention-DP rank), so a
+    prompt takes ``S = ISL / room`` such iterations of work (seconds; a fluid share when several fit in one).
+    ``rho = lambda S`` is the fraction of time the replica spends on prompts; ``inf`` when no room is left."""
+    mb = b / dep.pp
+    room = budget - mb
+    if room < 1:
+        return math.inf, math.inf
+    full = dep.pp * sum(step_time(arch, gpu, dep, decode=mb, context=context, prefill_tokens=room,
+                                  prefill_len=dep.isl).values()) + host_s
+    service = dep.isl / room * full
+    return b / (dep.osl * tpot_s) * service, service
 
 
 def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica: int, *, with_ops: bool,
@@ -228,11 +263,20 @@ def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica
     per_gpu = dep.replicas * b / tpot / dep.gpus
     bound = max(by_bound, key=by_bound.get) if by_bound else "memory"
     # ------------------------------------------------------------------ TTFT
-    ttft = float("nan")
+    ttft = ttft99 = float("nan")
     pf_ops: list[OpCost] = []
-    if with_ttft:
-        ttft, pf_ops = _ttft(arch, gpu, dep, s.a_dp, b, with_ops)
     notes: list[str] = []
+    if with_ttft:
+        ttft, ttft99, pf_ops = _ttft(arch, gpu, dep, s.a_dp, b, with_ops)
+        if dep.arrivals == "poisson":
+            rho, service = _prompt_load(arch, gpu, dep, b, tpot, budget, context, host_s)
+            wait, wait99 = md1_mean_wait(rho, service), md1_wait_quantile(rho, service, 0.99)
+            ttft, ttft99 = ttft + wait, ttft99 + wait99
+            notes.append(f"Poisson arrivals: prompts keep the replica busy {rho:.0%} of the time; a prompt waits "
+                         f"{wait * 1e3:,.1f} ms for the ones ahead of it on average, {wait99 * 1e3:,.1f} ms at p99 "
+                         f"(M/D/1, {service * 1e3:,.1f} ms of prefill each)" if rho < 1 else
+                         "Poisson arrivals: prompts arrive faster than the replica prefills them beside its "
+                         "decode tokens: the queue, and TTFT, grow without bound")
     if arch.mla is None and attention_head_dim(arch.head_dim, gpu) != arch.head_dim:
         d = attention_head_dim(arch.head_dim, gpu)
         notes.append(f"head_dim {arch.head_dim} has no fused attention kernel on {gpu.name} (sizes "
@@ -248,6 +292,7 @@ def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica
         output_tokens_per_s_per_user=per_user,
         ttft_s=ttft,
         tpot_s=tpot,
+        ttft_p99_s=ttft99,
         batch=b * dep.replicas,
         fits=mem.fits,
         bound=bound,
@@ -301,15 +346,22 @@ def _queued(p: Prediction, dep: Deployment, b: int, cap: int) -> Prediction:
     more); the others wait for a slot, as every runtime queues them. Each slot serves one request at a time,
     for ``S = TTFT + (OSL - 1) TPOT`` at the running batch, so the replica completes ``cap / S`` requests per
     second, and by Little's law a request spends ``b / (cap / S)`` seconds in the system, ``S (b / cap - 1)``
-    of them waiting before its prompt starts. TTFT includes that wait; TPOT and tokens/s are the running
-    batch's."""
+    of them waiting before its prompt starts. TTFT includes that wait (its mean, in the p99 TTFT too); TPOT and
+    tokens/s are the running batch's."""
     service = p.ttft_s + (dep.osl - 1) * p.tpot_s
     wait = service * (b / cap - 1)
     return dataclasses.replace(
-        p, ttft_s=p.ttft_s + wait, deployment=p.deployment.replace(concurrency=dep.concurrency),
+        p, ttft_s=p.ttft_s + wait, ttft_p99_s=p.ttft_p99_s + wait,
+        deployment=p.deployment.replace(concurrency=dep.concurrency),
         notes=p.notes + (f"{b} requests per replica exceed the {cap} it runs at once (KV cache at ISL+OSL, "
                          f"Runtime.max_batch): {b - cap} wait for a slot, a request {wait:.3g} s on average, "
                          "counted in TTFT; TPOT and tokens/s are those of the running batch",))
+
+
+def _unstable(p: Prediction) -> bool:
+    """A batch whose Poisson arrivals bring prompts faster than the replica prefills them: no steady state
+    (its queue, and TTFT, grow without bound), so :func:`max_throughput` and :func:`pareto` pass it by."""
+    return p.deployment.arrivals == "poisson" and not math.isfinite(p.ttft_s)
 
 
 def _batch_grid(b_max: int, step: float = 1.25) -> list[int]:
@@ -338,7 +390,7 @@ def max_throughput(arch: "Architecture", gpu: "GPU | str", deployment: Deploymen
     b_max = max_batch(arch, gpu, dep)
     if b_max < 1:
         return _evaluate(arch, gpu, dep, 1, with_ops=True)
-    need_ttft = slo is not None and slo.max_ttft_s is not None
+    need_ttft = (slo is not None and slo.needs_ttft) or dep.arrivals == "poisson"
     best, best_b, fallback = None, None, None
     seen: dict[int, Prediction] = {}
 
@@ -347,7 +399,7 @@ def max_throughput(arch: "Architecture", gpu: "GPU | str", deployment: Deploymen
         if b in seen or not 1 <= b <= b_max:
             return
         p = seen[b] = _evaluate(arch, gpu, dep, b, with_ops=False, with_ttft=need_ttft)
-        if slo is not None and not slo.met(p):
+        if (slo is not None and not slo.met(p)) or _unstable(p):
             if fallback is None or p.output_tokens_per_s_per_user > fallback[0]:
                 fallback = (p.output_tokens_per_s_per_user, b)
             return
@@ -435,12 +487,12 @@ def pareto(arch: "Architecture", gpu: "GPU | str", deployment: Deployment, *, sl
         if b_max < 1:
             continue
         grid = [math.ceil(c / dep.replicas) for c in conc] if conc else _batch_grid(b_max)
-        need_ttft = slo is not None and slo.max_ttft_s is not None
+        need_ttft = (slo is not None and slo.needs_ttft) or dep.arrivals == "poisson"
         for b in sorted(set(grid)):
             if b > b_max:
                 continue
             p = _evaluate(arch, gpu, dep, b, with_ops=False, with_ttft=need_ttft)
-            if slo is not None and not slo.met(p):
+            if (slo is not None and not slo.met(p)) or _unstable(p):
                 continue
             points.append(p)
     # the sweep skips TTFT unless the SLO needs it: fill it (and ops when asked) for the few front points

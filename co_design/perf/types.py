@@ -16,7 +16,7 @@ from co_design.precision import FP8_SCALINGS, FP8Scaling
 
 __all__ = ["Deployment", "Runtime", "SLO", "OpCost", "MemoryBreakdown", "Prediction", "Advice", "Arrivals", "ARRIVALS"]
 
-Arrivals = Literal["steady", "burst"]  # how requests reach the server (Deployment.arrivals)
+Arrivals = Literal["steady", "burst", "poisson"]  # how requests reach the server (Deployment.arrivals)
 ARRIVALS: tuple[str, ...] = get_args(Arrivals)
 
 
@@ -262,6 +262,13 @@ class Deployment:
       are prefilled together in arrival order, ``max_num_tokens`` per iteration (per
       attention-DP rank), and a request's first token waits for the chunks of the
       prompts ahead of it; TTFT is the mean over the wave. The same at concurrency 1.
+      ``"poisson"``: requests arrive at random times (a Poisson process at the rate
+      the replica completes them, as MLPerf Server and Interactive send them): as
+      steady, plus the wait behind the prompts that arrived before, an M/D/1 queue of
+      prefill work (:mod:`co_design.perf.queueing`); ``Prediction.ttft_p99_s`` is its
+      99th percentile. A batch whose prompts arrive faster than the replica prefills
+      them has no steady state (TTFT ``inf``): :func:`max_throughput` and
+      :func:`pareto` pass it by.
     """
 
     gpus: int | None = None
@@ -349,11 +356,12 @@ class SLO:
     """Service-level objective; every bound given must hold."""
 
     min_tokens_per_s_per_user: float | None = None
-    max_ttft_s: float | None = None
+    max_ttft_s: float | None = None  # mean TTFT
     max_tpot_s: float | None = None
+    max_ttft_p99_s: float | None = None  # 99th-percentile TTFT (Prediction.ttft_p99_s), as MLPerf Server limits it
 
     def __post_init__(self) -> None:
-        for name in ("min_tokens_per_s_per_user", "max_ttft_s", "max_tpot_s"):
+        for name in ("min_tokens_per_s_per_user", "max_ttft_s", "max_tpot_s", "max_ttft_p99_s"):
             v = getattr(self, name)
             if v is not None and not v > 0:
                 raise ValueError(f"SLO.{name} must be > 0 or None, got {v}")
@@ -365,7 +373,14 @@ class SLO:
             return False
         if self.max_tpot_s is not None and p.tpot_s > self.max_tpot_s:
             return False
+        if self.max_ttft_p99_s is not None and not p.ttft_p99_s <= self.max_ttft_p99_s:
+            return False
         return True
+
+    @property
+    def needs_ttft(self) -> bool:
+        """Whether a bound is on TTFT (a prediction must compute it to be checked)."""
+        return self.max_ttft_s is not None or self.max_ttft_p99_s is not None
 
 
 @dataclass(frozen=True)
@@ -433,7 +448,7 @@ class Prediction:
 
     output_tokens_per_s_per_gpu: float
     output_tokens_per_s_per_user: float
-    ttft_s: float
+    ttft_s: float  # mean
     tpot_s: float
     batch: int  # requests in flight, whole deployment
     fits: bool
@@ -443,6 +458,7 @@ class Prediction:
     deployment: Deployment
     gpu: str
     notes: tuple[str, ...] = ()
+    ttft_p99_s: float = float("nan")  # 99th percentile over requests (Deployment.arrivals says how they vary)
 
     @property
     def memory_per_gpu_bytes(self) -> float:
@@ -461,6 +477,7 @@ class Prediction:
             "output_tokens_per_s_per_user": self.output_tokens_per_s_per_user,
             "output_tokens_per_s": self.output_tokens_per_s,
             "ttft_ms": self.ttft_s * 1e3,
+            "ttft_p99_ms": self.ttft_p99_s * 1e3,
             "tpot_ms": self.tpot_s * 1e3,
             "batch": self.batch,
             "memory_per_gpu_gb": self.memory_per_gpu_bytes / 1e9,

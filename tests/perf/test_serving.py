@@ -11,6 +11,7 @@ from co_design.perf import (SLO, Deployment, Prediction, Runtime, max_throughput
                             shape_advice)
 from co_design.perf.memory import activation_bytes_per_gpu, kv_bytes_per_request, weights_bytes_per_gpu
 from co_design.perf.ops import step_ops, step_time
+from co_design.perf.queueing import md1_wait_quantile
 
 SMALL = Architecture(hidden=2048, layers=4, heads=16, kv_heads=4, ffn=8192, vocab=32000, name="small")
 MOE = Architecture(hidden=2048, layers=4, heads=16, kv_heads=4, ffn=768, vocab=32000, experts=64,
@@ -509,7 +510,7 @@ def test_burst_arrivals_change_ttft_under_load_only():
         last = b.ttft_s
     # steady arrivals: the prompt meets the others decoding, at most a few per cent slower
     assert predict(SMALL, "h100", steady.replace(concurrency=128)).ttft_s < 1.5 * one[0].ttft_s
-    with pytest.raises(ValueError, match=r"Deployment.arrivals='bursty'; use one of \['steady', 'burst'\]"):
+    with pytest.raises(ValueError, match=r"Deployment.arrivals='bursty'; use one of \['steady', 'burst', 'poisson'\]"):
         Deployment(arrivals="bursty")
 
 
@@ -770,3 +771,57 @@ def test_mla_reads_its_compressed_projections_in_one_gemm_and_normalizes_both_la
     lite = mla.replace(mla=dataclasses.replace(m, q_lora_rank=0))  # DeepSeek-V2-Lite: no query LoRA
     ops = {o.name for o in step_ops(lite, gpu, d, decode=1, context=1024, prefill_tokens=0, prefill_len=1024)}
     assert {"q_proj", "kv_a_proj", "kv_a_norm"} <= ops and not {"qkv_a_proj", "q_a_norm"} & ops
+
+
+def test_poisson_arrivals_add_the_wait_behind_earlier_prompts():
+    steady = Deployment(weights="fp8", activations="fp8", isl=2048, osl=128, concurrency=64)
+    poisson = steady.replace(arrivals="poisson")
+    a, p = predict(SMALL, "h100", steady), predict(SMALL, "h100", poisson)
+    assert (a.tpot_s, a.output_tokens_per_s_per_gpu) == (p.tpot_s, p.output_tokens_per_s_per_gpu)
+    assert a.ttft_p99_s == a.ttft_s  # steady: every request waits alike
+    # the queue by hand: 64 / (OSL x TPOT) prompts per second, each 2048 / room iterations full of tokens
+    rt, gpu = Runtime(), get_gpu("h100")
+    room = rt.max_num_tokens - 64
+    full = sum(step_time(SMALL, gpu, poisson, decode=64, context=2048 + 64, prefill_tokens=room,
+                         prefill_len=2048).values()) + rt.iteration_overhead_s + rt.request_overhead_s * 64
+    service = 2048 / room * full
+    rho = 64 / (128 * p.tpot_s) * service
+    assert 0.2 < rho < 0.9  # a load where the queue matters
+    assert p.ttft_s == pytest.approx(a.ttft_s + rho * service / (2 * (1 - rho)))  # Pollaczek-Khinchine, M/D/1
+    assert p.ttft_p99_s == pytest.approx(a.ttft_s + md1_wait_quantile(rho, service, 0.99))
+    assert any(n.startswith(f"Poisson arrivals: prompts keep the replica busy {rho:.0%}") for n in p.notes)
+    assert p.to_dict()["ttft_p99_ms"] == p.ttft_p99_s * 1e3
+
+
+def test_poisson_arrivals_pass_by_batches_whose_prompts_outrun_the_prefill():
+    d = Deployment(weights="fp8", activations="fp8", isl=8192, osl=16, arrivals="poisson")
+    unstable = predict(SMALL, "h100", d.replace(concurrency=2048))
+    assert unstable.ttft_s == math.inf and unstable.ttft_p99_s == math.inf
+    assert any("grow without bound" in n for n in unstable.notes)
+    best = max_throughput(SMALL, "h100", d)
+    steady = max_throughput(SMALL, "h100", d.replace(arrivals="steady"))
+    assert math.isfinite(best.ttft_s) and best.batch < steady.batch
+    assert best.output_tokens_per_s_per_gpu < steady.output_tokens_per_s_per_gpu
+    assert all(math.isfinite(q.ttft_p99_s) for q in pareto(SMALL, "h100", d, deployments=[d]))
+    # a p99 bound picks a smaller batch still, and holds at it
+    bound = max_throughput(SMALL, "h100", d, slo=SLO(max_ttft_p99_s=best.ttft_p99_s / 2))
+    assert bound.ttft_p99_s <= best.ttft_p99_s / 2 and bound.batch < best.batch
+
+
+def test_burst_p99_ttft_is_the_wait_of_the_wave_s_99th_prompt():
+    rt, gpu = Runtime(), get_gpu("b200")
+    d = Deployment(isl=1024, osl=64, concurrency=100, arrivals="burst")
+    p = predict(SMALL, "b200", d)
+    per_iteration = rt.max_num_tokens // 1024  # whole prompts per iteration
+    k = math.ceil(100 / per_iteration)  # iterations of the wave; the last holds 100 - (k - 1) x per_iteration
+    # prompt 99 of 100 (the 99th percentile) has its first token in the last iteration: it waits through them all
+    assert math.ceil(99 / per_iteration) == k
+    step = lambda tokens: sum(step_time(SMALL, gpu, d, decode=0.0, context=1024 + 32, prefill_tokens=tokens,  # noqa: E731
+                                        prefill_len=1024, prompt_ranks=1.0, eager=True).values())
+    host = rt.iteration_overhead_s + rt.request_overhead_s * 100
+    last = (100 - (k - 1) * per_iteration) * 1024
+    expected = (k - 1) * step(rt.max_num_tokens) + step(last) + k * host + rt.first_token_overhead_s
+    assert p.ttft_p99_s == pytest.approx(expected)
+    assert p.ttft_s < p.ttft_p99_s
+    one = predict(SMALL, "b200", d.replace(concurrency=1))
+    assert one.ttft_p99_s == one.ttft_s
