@@ -133,8 +133,9 @@ class SLOConfig:
     """Service-level objective; unset fields are unconstrained."""
 
     min_tokens_per_s_per_user: Optional[float] = None
-    max_ttft_s: Optional[float] = None
+    max_ttft_s: Optional[float] = None  # mean
     max_tpot_s: Optional[float] = None
+    max_ttft_p99_s: Optional[float] = None  # 99th percentile (deployment.arrivals=poisson: the prompt queue's tail)
 
     @property
     def is_set(self) -> bool:
@@ -167,7 +168,8 @@ class DeploymentConfig:
     isl: int = 1024  # input tokens per request
     osl: int = 1024  # output tokens per request
     concurrency: Optional[int] = None  # throughput point; None: the best that fits and meets the SLO
-    arrivals: str = "steady"  # TTFT under load: steady (spread in time) or burst (all at once; co_design.perf.Deployment)
+    arrivals: str = "steady"  # TTFT under load: steady (spread in time), burst (all at once) or poisson (at random,
+    # queueing behind earlier prompts; co_design.perf.Deployment)
     slo: SLOConfig = field(default_factory=SLOConfig)
     interactive_concurrency: int = 1  # requests in flight at the interactivity point (search/scoring.py)
     # The serving runtime's limits (TensorRT-LLM max_batch_size / max_num_tokens; vLLM max_num_seqs /

@@ -90,7 +90,8 @@ def perf_slo(slo: Any) -> Any:
     from co_design import perf
 
     return perf.SLO(
-        min_tokens_per_s_per_user=slo.min_tokens_per_s_per_user, max_ttft_s=slo.max_ttft_s, max_tpot_s=slo.max_tpot_s
+        min_tokens_per_s_per_user=slo.min_tokens_per_s_per_user, max_ttft_s=slo.max_ttft_s, max_tpot_s=slo.max_tpot_s,
+        max_ttft_p99_s=slo.max_ttft_p99_s,
     )
 
 
@@ -137,6 +138,8 @@ def _slo_violation(slo: Any, p: Any) -> float:
         worst = max(worst, p.ttft_s / slo.max_ttft_s - 1)
     if slo.max_tpot_s is not None:
         worst = max(worst, p.tpot_s / slo.max_tpot_s - 1)
+    if slo.max_ttft_p99_s is not None:
+        worst = max(worst, p.ttft_p99_s / slo.max_ttft_p99_s - 1)
     return worst
 
 
@@ -318,6 +321,14 @@ def prediction_dict(p: Any) -> dict[str, Any]:
 
 
 
+_ARRIVALS_MEANING = {
+    "steady": "requests spread in time, each prompt prefilled beside the others' decoding",
+    "burst": "the requests in flight arrive together, each waiting for the prompts ahead of it (mean over the wave)",
+    "poisson": "requests arrive at random, each prompt also waiting for the ones that arrived before it (an M/D/1 "
+               "queue; mean, and p99 where the SLO bounds it)",
+}
+
+
 def definitions(deployment_cfg: Any) -> list[str]:
     """What the performance objectives mean for this deployment, in words (printed under the front)."""
     d = deployment_cfg
@@ -328,16 +339,15 @@ def definitions(deployment_cfg: Any) -> list[str]:
         slo.append(f"TTFT <= {d.slo.max_ttft_s * 1e3:g} ms")
     if d.slo.max_tpot_s is not None:
         slo.append(f"TPOT <= {d.slo.max_tpot_s * 1e3:g} ms")
+    if d.slo.max_ttft_p99_s is not None:
+        slo.append(f"p99 TTFT <= {d.slo.max_ttft_p99_s * 1e3:g} ms ({d.arrivals} arrivals)")
     where = f"at {d.concurrency} requests in flight" if d.concurrency is not None else "at the best concurrency that fits"
     meets = f" and meets the SLO ({', '.join(slo)})" if slo else ""
     return [
         f"tok/s/GPU: the throughput point: output tokens/s per GPU {where}{meets}, best parallelism choice",
         f"tok/s/user, TTFT, TPOT: the interactive point: {d.interactive_concurrency} request(s) in flight, "
         "fastest parallelism choice",
-        f"TTFT with {d.arrivals} arrivals: " + ("requests spread in time, each prompt prefilled beside the others' "
-                                                "decoding" if d.arrivals == "steady" else
-                                                "the requests in flight arrive together, each waiting for the "
-                                                "prompts ahead of it (mean over the wave)"),
+        f"TTFT with {d.arrivals} arrivals: " + _ARRIVALS_MEANING[d.arrivals],
         f"runtime limits: max_batch={d.max_batch} requests, max_num_tokens={d.max_num_tokens} tokens per iteration "
         "('limited by' names what caps each throughput point)",
         "runtime overheads: " + (f"from {d.runtime_file} (co_design.perf.Runtime fields; e.g. anchored on a measured "

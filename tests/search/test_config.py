@@ -94,7 +94,7 @@ def test_every_problem_is_listed_with_its_key_and_fix():
             "proxy.reduction.width=1.5",
             "deployment.ep=[2]",
             "deployment.fp8_scaling=row",
-            "deployment.arrivals=poisson",
+            "deployment.arrivals=bursty",
             "deployment.runtime_file=no-such-runtime.json",
         )
     )
@@ -109,7 +109,7 @@ def test_every_problem_is_listed_with_its_key_and_fix():
     assert "proxy.reduction.width=1.5: must be in (0, 1]" in text
     assert "deployment.ep=[2] needs an MoE space" in text
     assert "unknown deployment.fp8_scaling 'row'; known: tensor, block" in text
-    assert "unknown deployment.arrivals 'poisson'; known: steady, burst" in text
+    assert "unknown deployment.arrivals 'bursty'; known: steady, burst, poisson" in text
     assert ("deployment.runtime_file: cannot read runtime file 'no-such-runtime.json': No such file or directory; "
             "give a runtime JSON (co-design anchor --out FILE) or null") in text
     assert len(problems) >= 9

@@ -117,6 +117,18 @@ def test_burst_arrivals_reach_the_model_and_the_definitions():
     assert "TTFT with steady arrivals: requests spread in time" in "\n".join(definitions(_dep()))
     assert "TTFT with burst arrivals: the requests in flight arrive together" in "\n".join(
         definitions(_dep(arrivals="burst")))
+
+
+def test_a_p99_ttft_bound_with_poisson_arrivals_caps_the_throughput_point():
+    free = throughput_point(ARCH, "b200", _dep(arrivals="poisson", isl=8192, osl=128))
+    bound = _dep(arrivals="poisson", isl=8192, osl=128,
+                 slo=SLOConfig(max_ttft_p99_s=free.prediction.ttft_p99_s / 2))
+    capped = throughput_point(ARCH, "b200", bound)
+    assert capped.feasible and capped.prediction.ttft_p99_s <= free.prediction.ttft_p99_s / 2
+    assert capped.prediction.output_tokens_per_s_per_gpu < free.prediction.output_tokens_per_s_per_gpu
+    text = "\n".join(definitions(bound))
+    assert f"p99 TTFT <= {free.prediction.ttft_p99_s / 2 * 1e3:g} ms (poisson arrivals)" in text
+    assert "TTFT with poisson arrivals: requests arrive at random" in text
 def test_a_runtime_file_reaches_both_operating_points_and_the_study_settings(tmp_path):
     import json
 
