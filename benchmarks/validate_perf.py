@@ -219,8 +219,9 @@ def deployments_of(row: dict[str, Any], arch: Architecture, runtime: Runtime,
         osl = round(row["metrics"].get("output_tokens_per_sample_derived") or MLPERF_OSL_REF[row["model"]])
         tps = [1, 2, 4, 8]
         lim = row.get("latency_constraints_ms")
-        if lim:
-            slo = SLO(max_ttft_s=lim["ttft_p99"] / 1e3, max_tpot_s=lim["tpot_p99"] / 1e3)
+        if lim:  # Server and Interactive: queries arrive as a Poisson process, TTFT limited at p99
+            slo = SLO(max_ttft_p99_s=lim["ttft_p99"] / 1e3, max_tpot_s=lim["tpot_p99"] / 1e3)
+            arrivals = "poisson"
     else:
         isl, osl = row["isl"], row["osl"]
         tps = [par.get("tp") or row["num_gpus"]]
@@ -1668,8 +1669,9 @@ def main(argv: list[str] | None = None) -> int:
     L += ["## What the model does not capture", "",
           "- Speculative decoding (MTP, EAGLE, n-gram drafts): not modelled; such rows are listed, not scored.",
           "- Scheduler dynamics beyond the steady state and whole waves: the ramp-up and drain inside a wave, "
-          "queueing under Poisson arrivals (MLPerf Server p99 limits are applied to steady-state TTFT/TPOT), "
-          "preemption, variable-length requests.",
+          "preemption, variable-length requests. MLPerf Server/Interactive rows are predicted with Poisson arrivals, "
+          "their p99 TTFT limit on the M/D/1 queue of equal prompts (`Deployment.arrivals`); the dataset's "
+          "variable prompt lengths would lengthen that queue, and their p99 TPOT limit is applied to the mean TPOT.",
           "- Per-shape kernel behaviour beyond the tile model: one fitted fraction per op class; "
           "compute/communication overlap is not modelled (communication adds).",
           "- Power/clock throttling, L2 residency of small weights, disaggregated serving, prefix caching.",

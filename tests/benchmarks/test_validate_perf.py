@@ -497,3 +497,20 @@ def test_aiconfigurator_is_compared_on_the_mappings_the_row_allows():
     assert vp.aic_rate(swept, {"parallelism": {"tp": 8, "attention_dp": True}}) == 25.0
     assert vp.aic_rate(swept, {"parallelism": {"tp": 8}}) == 30.0
     assert vp.aic_rate(swept, None) == 30.0
+
+
+def test_mlperf_server_rows_queue_at_random_under_their_p99_ttft_limit():
+    rows = {r["id"]: r for r in json.loads(vp.DATA.read_text()) if vp.is_mlperf(r)}
+    limited = {k: r for k, r in rows.items() if r.get("latency_constraints_ms")}
+    assert {r["scenario"] for r in limited.values()} == {"Server", "Interactive"}
+    for r in limited.values():
+        deps, slo = vp.deployments_of(r, vp.arch_of(r), vp.Runtime())
+        lim = r["latency_constraints_ms"]
+        assert slo == vp.SLO(max_ttft_p99_s=lim["ttft_p99"] / 1e3, max_tpot_s=lim["tpot_p99"] / 1e3)
+        assert {d.arrivals for d in deps} == {"poisson"}
+    offline = next(r for r in rows.values() if r["scenario"] == "Offline")
+    deps, slo = vp.deployments_of(offline, vp.arch_of(offline), vp.Runtime())
+    assert slo is None and {d.arrivals for d in deps} == {"steady"}
+    # Llama-3.1-405B on 8 B200, Server: the prompt queue's p99 caps the batch below the Offline row's
+    server, off = vp.predict_row(rows["serve-339"], vp.Runtime()), vp.predict_row(rows["serve-338"], vp.Runtime())
+    assert server["predicted"] < 0.9 * off["predicted"] and server["batch"] < off["batch"]
