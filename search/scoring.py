@@ -320,7 +320,6 @@ def prediction_dict(p: Any) -> dict[str, Any]:
     return json.loads(json.dumps(d, default=lambda o: getattr(o, "__dict__", str(o))))
 
 
-
 _ARRIVALS_MEANING = {
     "steady": "requests spread in time, each prompt prefilled beside the others' decoding",
     "burst": "the requests in flight arrive together, each waiting for the prompts ahead of it (mean over the wave)",
