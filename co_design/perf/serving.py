@@ -189,17 +189,19 @@ def _prompt_load(arch: "Architecture", gpu: GPU, dep: Deployment, b: int, tpot_s
     """``(rho, S)`` of a replica's prompt queue under Poisson arrivals (:mod:`co_design.perf.queueing`).
 
     At ``b`` requests in flight the replica completes ``lambda = b / (OSL x TPOT)`` requests per second (its
-    tokens/s over OSL), and as many prompts arrive. While prompts wait, every iteration is full: the ``b / pp``
-    decode tokens and ``room = budget - b / pp`` prompt tokens (``max_num_tokens`` per attention-DP rank), so a
-    prompt takes ``S = ISL / room`` such iterations of work (seconds; a fluid share when several fit in one).
-    ``rho = lambda S`` is the fraction of time the replica spends on prompts; ``inf`` when no room is left."""
+    tokens/s over OSL), and as many prompts arrive. While prompts wait, every iteration is full: each of the
+    ``pp`` micro-batches carries its ``b / pp`` decode tokens and ``room = budget - b / pp`` prompt tokens
+    (``max_num_tokens`` per attention-DP rank), and one round of them takes ``pp`` stage steps of that size
+    plus the host's time, as a decode round does; a prompt's work is ``S = ISL / (pp x room)`` such rounds
+    (seconds; a fluid share when several fit in one). ``rho = lambda S`` is the fraction of time the replica
+    spends on prompts; ``inf`` when no room is left."""
     mb = b / dep.pp
     room = budget - mb
     if room < 1:
         return math.inf, math.inf
     full = dep.pp * sum(step_time(arch, gpu, dep, decode=mb, context=context, prefill_tokens=room,
                                   prefill_len=dep.isl).values()) + host_s
-    service = dep.isl / room * full
+    service = dep.isl / (dep.pp * room) * full
     return b / (dep.osl * tpot_s) * service, service
 
 
