@@ -49,6 +49,7 @@ Usage::
     python benchmarks/validate_perf.py --latency-folds  # held-out latency of the models with latency rows only
     python benchmarks/validate_perf.py --ttft           # TTFT at concurrency 1: fit, held out by model, test rows
     python benchmarks/validate_perf.py --ttft-load      # TTFT above concurrency 1: steady, burst, as benchmarked
+    python benchmarks/validate_perf.py --mlperf-latency # MLPerf Server TTFT (mean, p99) and TPOT at the published load
     python benchmarks/validate_perf.py --runtime-spread # concurrency-1 TPOT of one setting on different runtimes
     python benchmarks/validate_perf.py --anchored       # concurrency-1 TPOT with the runtime anchored on other settings
     python benchmarks/validate_perf.py --pair-moves     # every fit also tries two-parameter moves (about 2.5x longer)
@@ -81,6 +82,7 @@ from co_design.arch import MLA, Architecture
 from co_design.hardware import get_gpu
 from co_design.perf import (SLO, Deployment, Prediction, Runtime, TPOTMeasurement, anchor_runtime, max_throughput,
                             predict)
+from co_design.perf.memory import max_batch
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data" / "published_serving.json"
@@ -1323,6 +1325,67 @@ def anchored_report(test: list[dict[str, Any]], dev: list[dict[str, Any]], out: 
     return summary
 
 
+# ----------------------------------------------------------------------------- MLPerf latency at the published load
+def at_load(arch: Architecture, gpu: Any, dep: Deployment, per_gpu: float) -> Prediction | None:
+    """The prediction at the fewest requests in flight per replica whose output tokens/s per GPU reaches
+    ``per_gpu`` (the published load), or None when no batch that fits reaches it. A linear scan: throughput
+    is not monotonic in the batch (it drops where an iteration first exceeds ``max_num_tokens``)."""
+    for b in range(1, max_batch(arch, gpu, dep) + 1):
+        p = predict(arch, gpu, dep.replace(concurrency=b * dep.replicas))
+        if p.output_tokens_per_s_per_gpu >= per_gpu:
+            return p
+    return None
+
+
+def mlperf_latency_report(rows: list[dict[str, Any]], out: Path) -> list[dict[str, Any]]:
+    """The MLPerf Server/Interactive rows' published latency statistics (mean and p99 TTFT, mean TPOT) against
+    the model's at the published load, on each mapping the row allows, with Poisson arrivals (as LoadGen sends
+    the queries) and, for comparison, steady ones. Not fitted: the product defaults."""
+    items = []
+    for row in rows:
+        m = row["metrics"]
+        if not (is_mlperf(row) and row.get("latency_constraints_ms") and m.get("ttft_p99_ms")):
+            continue
+        arch, gpu = arch_of(row), get_gpu(row["hardware"].lower())
+        deps, _ = deployments_of(row, arch, Runtime())
+        for d in deps:
+            poisson, steady = (at_load(arch, gpu, d.replace(arrivals=a), m["tokens_per_s_per_gpu_derived"])
+                               for a in ("poisson", "steady"))
+            items.append({"id": row["id"], "model": row["model"], "gpu": row["hardware"], "num_gpus": row["num_gpus"],
+                          "scenario": row["scenario"], "mapping": d.label, "isl": d.isl, "osl": d.osl,
+                          "measured": {k: m[k] for k in ("tokens_per_s_per_gpu_derived", "ttft_mean_ms", "ttft_p99_ms",
+                                                         "tpot_mean_ms", "tpot_p99_ms")},
+                          "predicted": None if poisson is None else {
+                              "tokens_per_s_per_gpu": poisson.output_tokens_per_s_per_gpu, "batch": poisson.batch,
+                              "ttft_mean_ms": poisson.ttft_s * 1e3, "ttft_p99_ms": poisson.ttft_p99_s * 1e3,
+                              "tpot_mean_ms": poisson.tpot_s * 1e3, "steady_ttft_ms": steady.ttft_s * 1e3}})
+    L = ["# MLPerf Server latency at the published load", "",
+         "Command: `python benchmarks/validate_perf.py --mlperf-latency` (seconds). Each MLPerf Server/Interactive row "
+         "publishes, beside its throughput, the mean and p99 TTFT and TPOT LoadGen measured at it "
+         "(`mlperf_log_summary.txt`). Here the model runs at that load (the fewest requests in flight per replica "
+         "whose output tokens/s per GPU reach the published figure), on each mapping the row allows (the "
+         "submission's mapping is not in the summary), with Poisson arrivals as LoadGen sends the queries; "
+         "'steady' is the TTFT without the prompt queue. Product defaults, nothing fitted. Prompts are all of the "
+         "dataset's mean length (MLPERF_ISL); the dataset's vary.", "",
+         "| row | model | GPUs | scenario | mapping | requests per replica | TTFT mean ms (pred / meas) | TTFT p99 ms | "
+         "TPOT mean ms | steady TTFT ms |", "|---|---|---|---|---|---:|---:|---:|---:|---:|"]
+    for it in items:
+        p, m = it["predicted"], it["measured"]
+        if p is None:
+            L.append(f"| {it['id']} | {it['model']} | {it['gpu']} x{it['num_gpus']} | {it['scenario']} | {it['mapping']} "
+                     "| - | does not reach the published load | | | |")
+            continue
+        L.append(f"| {it['id']} | {it['model']} | {it['gpu']} x{it['num_gpus']} | {it['scenario']} | {it['mapping']} | "
+                 f"{p['batch']} | {p['ttft_mean_ms']:,.0f} / {m['ttft_mean_ms']:,.0f} | "
+                 f"{p['ttft_p99_ms']:,.0f} / {m['ttft_p99_ms']:,.0f} | {p['tpot_mean_ms']:.1f} / {m['tpot_mean_ms']:.1f} | "
+                 f"{p['steady_ttft_ms']:,.0f} |")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "mlperf_latency.md").write_text("\n".join(L) + "\n")
+    (out / "mlperf_latency.json").write_text(json.dumps(items, indent=1) + "\n")
+    print("\n".join(L))
+    return items
+
+
 # ----------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -1353,6 +1416,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="predict the latency rows with the kernel properties of the runtime each was measured on "
                          "(recipes/runtimes/), beside the runtime-blind defaults; write runtime_kernels.md/.json and "
                          "stop (seconds)")
+    ap.add_argument("--mlperf-latency", action="store_true",
+                    help="predict the MLPerf Server rows' TTFT (mean, p99) and TPOT at their published load; write "
+                         "mlperf_latency.md/.json and stop (seconds)")
     ap.add_argument("--latency-folds", action="store_true",
                     help="refit without each model that has only low-concurrency rows, predict its rows, write "
                          "latency_folds.md/.json and stop")
@@ -1390,6 +1456,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.runtime_kernels:
         runtime_kernels_report(every_low, test_rows, Path(args.out))
+        predictor.close()
+        return 0
+    if args.mlperf_latency:
+        mlperf_latency_report(rows, Path(args.out))
         predictor.close()
         return 0
     if args.latency_folds:

@@ -514,3 +514,24 @@ def test_mlperf_server_rows_queue_at_random_under_their_p99_ttft_limit():
     # Llama-3.1-405B on 8 B200, Server: the prompt queue's p99 caps the batch below the Offline row's
     server, off = vp.predict_row(rows["serve-339"], vp.Runtime()), vp.predict_row(rows["serve-338"], vp.Runtime())
     assert server["predicted"] < 0.9 * off["predicted"] and server["batch"] < off["batch"]
+
+
+def test_mlperf_latency_is_predicted_at_the_first_batch_that_reaches_the_published_load(tmp_path):
+    rows = json.loads(vp.DATA.read_text())
+    items = vp.mlperf_latency_report(rows, tmp_path)
+    assert {i["id"] for i in items} == {"serve-339", "serve-343", "serve-347"}
+    assert (tmp_path / "mlperf_latency.md").exists() and json.loads((tmp_path / "mlperf_latency.json").read_text())
+    by_id = {r["id"]: r for r in rows}
+    reached = [i for i in items if i["predicted"]]
+    assert len(reached) >= 6
+    for it in reached:
+        row, p = by_id[it["id"]], it["predicted"]
+        arch = vp.arch_of(row)
+        dep = next(d for d in vp.deployments_of(row, arch, vp.Runtime())[0] if d.label == it["mapping"])
+        assert dep.arrivals == "poisson" and dep.replicas == 1
+        load = row["metrics"]["tokens_per_s_per_gpu_derived"]
+        assert p["tokens_per_s_per_gpu"] >= load
+        # no smaller batch reaches the load (throughput is not monotonic in the batch: all are tried)
+        assert all(vp.predict(arch, row["hardware"].lower(), dep.replace(concurrency=b)).output_tokens_per_s_per_gpu
+                   < load for b in range(1, p["batch"]))
+        assert p["ttft_p99_ms"] > p["ttft_mean_ms"] > p["steady_ttft_ms"]  # the prompt queue, and its tail
