@@ -13,9 +13,11 @@ iterations leave beside the decode tokens (:func:`co_design.perf.serving.predict
   ``exp(lambda t)``, so beyond that (heavy load, far tails) the Cramer-Lundberg
   asymptote ``P(W > t) ~ C exp(-gamma t)``, ``gamma`` the positive root of
   ``lambda (exp(gamma S) - 1) = gamma`` and ``C = (1 - rho) / (lambda S exp(gamma S)
-  - 1)`` (Asmussen, *Applied Probability and Queues*, 2nd ed., XIII.5), which agrees
-  with the exact distribution to under 0.1 % of ``t`` there.
-  ``tests/perf/test_queueing.py`` checks both against a simulated queue.
+  - 1)`` (the Cramer-Lundberg approximation; Asmussen, *Applied Probability and
+  Queues*, 2nd ed., 2003), exact for M/M/1 and, for M/D/1 at such loads, within 2e-5
+  of the exact tail probability. ``tests/perf/test_queueing.py`` checks the mean and
+  quantiles against a simulated queue, and the quantiles against the exact sum
+  evaluated in high precision.
 
 Units: seconds for ``service_s`` and the waits; ``rho`` is the server's busy
 fraction (arrival rate x service time), dimensionless. Pure Python.
