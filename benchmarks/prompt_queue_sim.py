@@ -91,12 +91,9 @@ def simulate(arch: Architecture, gpu_name: str, p: Prediction, requests: int, se
 
 
 def cases() -> list[tuple[str, Architecture, str, Prediction]]:
-    rows = json.loads(vp.DATA.read_text())
     out = []
-    for row in rows:
+    for row in vp.mlperf_latency_rows(json.loads(vp.DATA.read_text())):
         m = row["metrics"]
-        if not (vp.is_mlperf(row) and row.get("latency_constraints_ms") and m.get("ttft_p99_ms")):
-            continue
         arch = vp.arch_of(row)
         gpu = row["hardware"].lower()
         for d in vp.deployments_of(row, arch, Runtime())[0]:

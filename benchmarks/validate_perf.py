@@ -1337,15 +1337,19 @@ def at_load(arch: Architecture, gpu: Any, dep: Deployment, per_gpu: float) -> Pr
     return None
 
 
+def mlperf_latency_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The MLPerf Server/Interactive rows (Poisson arrivals under latency limits) that publish their TTFT
+    statistics."""
+    return [r for r in rows if is_mlperf(r) and r.get("latency_constraints_ms") and r["metrics"].get("ttft_p99_ms")]
+
+
 def mlperf_latency_report(rows: list[dict[str, Any]], out: Path) -> list[dict[str, Any]]:
     """The MLPerf Server/Interactive rows' published latency statistics (mean and p99 TTFT, mean TPOT) against
     the model's at the published load, on each mapping the row allows, with Poisson arrivals (as LoadGen sends
     the queries) and, for comparison, steady ones. Not fitted: the product defaults."""
     items = []
-    for row in rows:
+    for row in mlperf_latency_rows(rows):
         m = row["metrics"]
-        if not (is_mlperf(row) and row.get("latency_constraints_ms") and m.get("ttft_p99_ms")):
-            continue
         arch, gpu = arch_of(row), get_gpu(row["hardware"].lower())
         deps, _ = deployments_of(row, arch, Runtime())
         for d in deps:

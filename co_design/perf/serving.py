@@ -146,7 +146,7 @@ def _prompt_iterations(dep: Deployment, a_dp: int, b: int) -> tuple[list[tuple[f
         kw = dict(decode=0.0, context=context, prefill_len=float(isl), prompt_ranks=spread)
         kinds = [(w, w99, dict(kw, prefill_tokens=tokens * spread)) for w, w99, tokens in
                  ((waits_full, float(min(d99, k - 1)), per_iteration), (waits_last, float(d99 == k), last))
-                 if w > 0 or w99 > 0]
+                 if w > 0]  # the mean weight is 0 only where no prompt, the p99 one included, waits there
         return kinds, waits_full + waits_last
     others = max(0.0, (mb - 1) / a_dp)
     per_iteration = max(_MIN_CONTEXT_CHUNK, rt.max_num_tokens - others)
