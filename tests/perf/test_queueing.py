@@ -7,7 +7,8 @@ import random
 import mpmath  # sympy's dependency, so torch's
 import pytest
 
-from co_design.perf.queueing import md1_mean_wait, md1_wait_quantile
+from co_design.perf.queueing import (gamma_quantile, iteration_queue_wait, md1_mean_wait, md1_wait_quantile,
+                                    md1_wait_variance)
 
 
 def simulated_waits(rho: float, s: float, n: int, seed: int) -> list[float]:
@@ -63,3 +64,49 @@ def test_edges_and_bad_input():
         md1_mean_wait(0.5, 0)
     with pytest.raises(ValueError, match=r"rho \(utilization\) must be >= 0, got -0.1"):
         md1_mean_wait(-0.1, 1.0)
+
+
+@pytest.mark.parametrize("rho", [0.3, 0.7])
+def test_md1_variance_matches_a_simulated_queue(rho):
+    s = 0.05
+    waits = simulated_waits(rho, s, 200_000, seed=2)
+    mean = sum(waits) / len(waits)
+    var = sum((w - mean) ** 2 for w in waits) / len(waits)
+    assert md1_wait_variance(rho, s) == pytest.approx(var, rel=0.1)  # observed within 3 %
+    assert md1_wait_variance(1.0, s) == math.inf
+
+
+@pytest.mark.parametrize("k", [0.05, 0.7, 1.0, 3.0, 40.0, 5000.0])
+@pytest.mark.parametrize("q", [0.01, 0.5, 0.99, 0.9999])
+def test_gamma_quantile_has_the_exact_probability(k, q):
+    scale = 0.003  # seconds
+    t = gamma_quantile(k * scale, k * scale * scale, q)
+    with mpmath.workdps(40):
+        assert float(mpmath.gammainc(k, 0, t / scale, regularized=True)) == pytest.approx(q, abs=1e-10)
+
+
+def test_gamma_quantile_edges():
+    assert gamma_quantile(0.2, 0.0, 0.99) == 0.2 and gamma_quantile(0.0, 0.0, 0.99) == 0.0
+    assert gamma_quantile(math.inf, 1.0, 0.99) == math.inf
+    with pytest.raises(ValueError, match=r"mean and variance must be >= 0, got -1"):
+        gamma_quantile(-1.0, 1.0, 0.5)
+    with pytest.raises(ValueError, match=r"q \(quantile\) must be in \(0, 1\)"):
+        gamma_quantile(1.0, 1.0, 1.0)
+
+
+def test_iteration_queue_wait_limits():
+    # a lone arrival (no others): the rest of the decode-only iteration in progress, uniform over it; the
+    # gamma law of that mean and variance (shape 3) puts the p99 at 1.41x the uniform's 19.8 ms
+    mean, p99 = iteration_queue_wait(1e-9, 512, 8000, 0.02, 0.5)
+    assert mean == pytest.approx(0.01, rel=1e-6)
+    assert p99 == pytest.approx(0.0198 * 1.415, rel=0.01)
+    # more load waits longer, at the mean and p99
+    lighter, heavier = (iteration_queue_wait(rate, 512, 8000, 0.02, 0.5) for rate in (5.0, 20.0))
+    assert heavier[0] > lighter[0] and heavier[1] > lighter[1] > lighter[0]
+    # the parts: at least the M/D/1 queue ahead plus half an idle iteration
+    rate, service = 20.0, 512 / 8000 * 0.5
+    assert heavier[0] > md1_mean_wait(rate * service, service) + 0.01
+    # prompts that outrun budget-full iterations: no steady state
+    assert iteration_queue_wait(8000 / 512 / 0.5, 512, 8000, 0.02, 0.5) == (math.inf, math.inf)
+    with pytest.raises(ValueError, match=r"0 <= idle_iteration_s <= full_iteration_s"):
+        iteration_queue_wait(1.0, 512, 8000, 0.6, 0.5)
