@@ -43,8 +43,8 @@ _FP8_SCALING_HELP = ("FP8 activation scales: tensor (static per tensor, Model Op
 _ARRIVALS_HELP = ("how requests arrive, for TTFT under load: steady (spread in time, production traffic; default), "
                   "burst (all --concurrency requests at once and in step, as a fixed-concurrency benchmark starts "
                   "them: each waits for the prompts ahead of it) or poisson (at random times, as MLPerf Server "
-                  "sends them: each also waits for the prompts that arrived before it, an M/D/1 queue; the "
-                  "report adds the p99 TTFT)")
+                  "sends them: each also waits, admitted at an iteration's end, for the prompts that arrived "
+                  "before it and the later ones that share its last iteration; the report adds the p99 TTFT)")
 _RUNTIME_HELP = ("runtime file (JSON of co_design.perf.Runtime fields, e.g. from `co-design anchor --out`): "
                  "overheads and rates of your serving runtime instead of the fitted defaults")
 _MAX_GPUS = 2**20  # --pareto enumerates every tp dividing --gpus: bounded, a typo like 10**12 would hang it

@@ -323,8 +323,9 @@ def prediction_dict(p: Any) -> dict[str, Any]:
 _ARRIVALS_MEANING = {
     "steady": "requests spread in time, each prompt prefilled beside the others' decoding",
     "burst": "the requests in flight arrive together, each waiting for the prompts ahead of it (mean over the wave)",
-    "poisson": "requests arrive at random, each prompt also waiting for the ones that arrived before it (an M/D/1 "
-               "queue; mean, and p99 where the SLO bounds it)",
+    "poisson": "requests arrive at random, each prompt also waiting, in a queue admitted at iteration ends, for the "
+               "ones that arrived before it and the later ones that share its last iteration (mean, and p99 where "
+               "the SLO bounds it)",
 }
 
 

@@ -34,14 +34,13 @@ micro-batches in flight.
   Those iterations run outside a CUDA graph, each kernel at least
   ``Runtime.eager_launch_s`` of host launch. The steady-state mix above keeps its prompt
   iterations at graph speed: with many requests in flight their GPU time dominates.
-  Poisson arrivals: as steady, plus the wait behind earlier prompts, an M/D/1 queue of prefill work
-  (:func:`_prompt_load`, :mod:`co_design.perf.queueing`); ``Prediction.ttft_p99_s`` is its 99th
-  percentile. The queue is fluid: a runtime admits prompts at iteration ends and a prompt's first token
-  waits for the whole iteration holding its last chunk, so the wait is longer
-  (``benchmarks/prompt_queue_sim.py``: the closed form gives 0.55-0.96x of an iteration-level
-  scheduler's wait for 9400-token prompts, 0.17-0.51x for 512-1024, where the iteration in progress
-  dominates). Steady arrivals do not queue behind one another
-  (``benchmarks/results/ttft_load.md`` measures steady and burst against published rows).
+  Poisson arrivals: as steady, plus the wait of an iteration-level prompt queue (:func:`_prompt_queue`,
+  :func:`co_design.perf.queueing.iteration_queue_wait`): prompts join at iteration ends, so a prompt waits
+  for the iteration in progress, the prompts ahead of it (M/D/1) and the later arrivals that share its
+  last iteration; ``Prediction.ttft_p99_s`` is the 99th percentile (``benchmarks/prompt_queue_sim.py``:
+  0.81-1.14x of a simulated iteration-level scheduler's mean wait and 0.79-1.20x of its p99 on the
+  model's own step times, prompts of 0.03-4x the iteration's room). Steady arrivals do not queue behind
+  one another (``benchmarks/results/ttft_load.md`` measures steady and burst against published rows).
 * More requests than a replica holds (its KV cache at ISL+OSL, ``Runtime.max_batch``):
   :func:`predict` runs what fits and the rest wait for a slot; TTFT adds the wait, by
   Little's law (:func:`_queued`).
@@ -58,7 +57,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 from co_design.hardware import GPU, PRECISION_FIELDS, check_precision, get_gpu
 from co_design.perf.memory import max_batch, memory_breakdown
 from co_design.perf.ops import attention_head_dim, shards, step_ops, step_time
-from co_design.perf.queueing import md1_mean_wait, md1_wait_quantile
+from co_design.perf.queueing import iteration_queue_wait
 from co_design.perf.types import SLO, Deployment, OpCost, Prediction
 
 if TYPE_CHECKING:
@@ -188,25 +187,34 @@ def _ttft(arch: "Architecture", gpu: GPU, dep: Deployment, a_dp: int, b: int, wi
             dep.pp * pf99_s + iterations99 * host + rt.first_token_overhead_s, pf_ops)
 
 
-def _prompt_load(arch: "Architecture", gpu: GPU, dep: Deployment, b: int, tpot_s: float, budget: float,
-                 context: float, host_s: float) -> tuple[float, float]:
-    """``(rho, S)`` of a replica's prompt queue under Poisson arrivals (:mod:`co_design.perf.queueing`).
+def _prompt_queue(arch: "Architecture", gpu: GPU, dep: Deployment, b: int, tpot_s: float, budget: float,
+                  context: float, host_s: float) -> tuple[float, float, float]:
+    """``(rho, mean wait, p99 wait)`` of a replica's prompt queue under Poisson arrivals (seconds; rho the
+    fraction of time prompts keep it busy): :func:`co_design.perf.queueing.iteration_queue_wait`.
 
     At ``b`` requests in flight the replica completes ``lambda = b / (OSL x TPOT)`` requests per second (its
-    tokens/s over OSL), and as many prompts arrive. While prompts wait, every iteration is full: each of the
-    ``pp`` micro-batches carries its ``b / pp`` decode tokens and ``room = budget - b / pp`` prompt tokens
-    (``max_num_tokens`` per attention-DP rank), and one round of them takes ``pp`` stage steps of that size
-    plus the host's time, as a decode round does; a prompt's work is ``S = ISL / (pp x room)`` such rounds
-    (seconds; a fluid share when several fit in one). ``rho = lambda S`` is the fraction of time the replica
-    spends on prompts; ``inf`` when no room is left."""
+    tokens/s over OSL), and as many prompts arrive. A round of iterations (one per pipeline stage's
+    micro-batch) carries the ``b / pp`` decode tokens of each micro-batch and up to ``room = budget - b / pp``
+    prompt tokens beside them (``max_num_tokens`` per attention-DP rank), so ``pp x room`` per round; it takes
+    ``pp`` stage steps of that size plus the host's time, as a decode round does, from the decode-only round's
+    time with no prompt tokens to the budget-full round's. ``rho = lambda ISL / (pp room) x (full round)``;
+    ``inf`` when no room is left."""
     mb = b / dep.pp
     room = budget - mb
     if room < 1:
-        return math.inf, math.inf
-    full = dep.pp * sum(step_time(arch, gpu, dep, decode=mb, context=context, prefill_tokens=room,
-                                  prefill_len=dep.isl).values()) + host_s
-    service = dep.isl / (dep.pp * room) * full
-    return b / (dep.osl * tpot_s) * service, service
+        return math.inf, math.inf, math.inf
+
+    def round_s(prompt_tokens: float) -> float:
+        return dep.pp * sum(step_time(arch, gpu, dep, decode=mb, context=context, prefill_tokens=prompt_tokens,
+                                      prefill_len=dep.isl).values()) + host_s
+
+    full = round_s(room)
+    rate = b / (dep.osl * tpot_s)
+    rho = rate * dep.isl / (dep.pp * room) * full
+    if rho >= 1:
+        return rho, math.inf, math.inf
+    wait, wait99 = iteration_queue_wait(rate, dep.isl, dep.pp * room, round_s(0.0), full, 0.99)
+    return rho, wait, wait99
 
 
 def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica: int, *, with_ops: bool,
@@ -275,12 +283,11 @@ def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica
     if with_ttft:
         ttft, ttft99, pf_ops = _ttft(arch, gpu, dep, s.a_dp, b, with_ops)
         if dep.arrivals == "poisson":
-            rho, service = _prompt_load(arch, gpu, dep, b, tpot, budget, context, host_s)
-            wait, wait99 = md1_mean_wait(rho, service), md1_wait_quantile(rho, service, 0.99)
+            rho, wait, wait99 = _prompt_queue(arch, gpu, dep, b, tpot, budget, context, host_s)
             ttft, ttft99 = ttft + wait, ttft99 + wait99
             notes.append(f"Poisson arrivals: prompts keep the replica busy {rho:.0%} of the time; a prompt waits "
-                         f"{wait * 1e3:,.1f} ms for the ones ahead of it on average, {wait99 * 1e3:,.1f} ms at p99 "
-                         f"(M/D/1, {service * 1e3:,.1f} ms of prefill each)" if rho < 1 else
+                         f"{wait * 1e3:,.1f} ms on average, {wait99 * 1e3:,.1f} ms at p99, for the iteration in "
+                         "progress, the prompts ahead of it and those that share its last iteration" if rho < 1 else
                          "Poisson arrivals: prompts arrive faster than the replica prefills them beside its "
                          "decode tokens: the queue, and TTFT, grow without bound")
     if arch.mla is None and attention_head_dim(arch.head_dim, gpu) != arch.head_dim:

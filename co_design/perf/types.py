@@ -264,9 +264,10 @@ class Deployment:
       prompts ahead of it; TTFT is the mean over the wave. The same at concurrency 1.
       ``"poisson"``: requests arrive at random times (a Poisson process at the rate
       the replica completes them, as MLPerf Server and Interactive send them): as
-      steady, plus the wait behind the prompts that arrived before, an M/D/1 queue of
-      prefill work (:mod:`co_design.perf.queueing`); ``Prediction.ttft_p99_s`` is its
-      99th percentile. A batch whose prompts arrive faster than the replica prefills
+      steady, plus the wait of a queue admitted at iteration ends: the iteration in
+      progress, the prompts that arrived before and the later ones that share its last
+      iteration (:func:`co_design.perf.queueing.iteration_queue_wait`);
+      ``Prediction.ttft_p99_s`` is its 99th percentile. A batch whose prompts arrive faster than the replica prefills
       them has no steady state (TTFT ``inf``): :func:`max_throughput` and
       :func:`pareto` pass it by.
     """

@@ -11,7 +11,7 @@ from co_design.perf import (SLO, Deployment, Prediction, Runtime, max_throughput
                             shape_advice)
 from co_design.perf.memory import activation_bytes_per_gpu, kv_bytes_per_request, weights_bytes_per_gpu
 from co_design.perf.ops import step_ops, step_time
-from co_design.perf.queueing import md1_wait_quantile
+from co_design.perf.queueing import iteration_queue_wait
 
 SMALL = Architecture(hidden=2048, layers=4, heads=16, kv_heads=4, ffn=8192, vocab=32000, name="small")
 MOE = Architecture(hidden=2048, layers=4, heads=16, kv_heads=4, ffn=768, vocab=32000, experts=64,
@@ -774,24 +774,32 @@ def test_mla_reads_its_compressed_projections_in_one_gemm_and_normalizes_both_la
 
 
 @pytest.mark.parametrize("pp", [1, 2])
-def test_poisson_arrivals_add_the_wait_behind_earlier_prompts(pp):
+def test_poisson_arrivals_add_the_wait_of_the_iteration_level_prompt_queue(pp):
     steady = Deployment(weights="fp8", activations="fp8", isl=2048, osl=128, pp=pp, concurrency=64)
     poisson = steady.replace(arrivals="poisson")
     a, p = predict(SMALL, "h100", steady), predict(SMALL, "h100", poisson)
     assert (a.tpot_s, a.output_tokens_per_s_per_gpu) == (p.tpot_s, p.output_tokens_per_s_per_gpu)
     assert a.ttft_p99_s == a.ttft_s  # steady: every request waits alike
-    # the queue by hand: 64 / (OSL x TPOT) prompts per second; while they wait, each of the pp micro-batches
-    # of 64 / pp requests carries `room` prompt tokens, one round taking pp stage steps plus the host's time
+    # the queue by hand: 64 / (OSL x TPOT) prompts per second; a round of the pp micro-batches of 64 / pp
+    # requests carries up to `room` prompt tokens each, taking pp stage steps plus the host's time
     rt, gpu = Runtime(), get_gpu("h100")
     mb = 64 / pp
     room = rt.max_num_tokens - mb
-    stage = sum(step_time(SMALL, gpu, poisson, decode=mb, context=2048 + 64, prefill_tokens=room,
-                          prefill_len=2048).values())
-    service = 2048 / (pp * room) * (pp * stage + rt.iteration_overhead_s + rt.request_overhead_s * 64)
-    rho = 64 / (128 * p.tpot_s) * service
+    host = rt.iteration_overhead_s + rt.request_overhead_s * 64
+
+    def round_s(tokens):
+        return pp * sum(step_time(SMALL, gpu, poisson, decode=mb, context=2048 + 64, prefill_tokens=tokens,
+                                  prefill_len=2048).values()) + host
+
+    rate = 64 / (128 * p.tpot_s)
+    rho = rate * 2048 / (pp * room) * round_s(room)
     assert 0.1 < rho < 0.9  # a load where the queue matters
-    assert p.ttft_s == pytest.approx(a.ttft_s + rho * service / (2 * (1 - rho)))  # Pollaczek-Khinchine, M/D/1
-    assert p.ttft_p99_s == pytest.approx(a.ttft_s + md1_wait_quantile(rho, service, 0.99))
+    wait, wait99 = iteration_queue_wait(rate, 2048, pp * room, round_s(0), round_s(room), 0.99)
+    assert p.ttft_s == pytest.approx(a.ttft_s + wait)
+    assert p.ttft_p99_s == pytest.approx(a.ttft_s + wait99)
+    # it waits at least for the iteration in progress (half a decode-only round) and the M/D/1 queue ahead
+    service = 2048 / (pp * room) * round_s(room)
+    assert wait > round_s(0) / 2 + rho * service / (2 * (1 - rho))
     (busy,) = [float(n.split("busy ")[1].split("%")[0]) for n in p.notes if n.startswith("Poisson arrivals:")]
     assert abs(busy - 100 * rho) <= 0.5 + 1e-9  # the note's whole per cent, whichever way it rounds
     assert p.to_dict()["ttft_p99_ms"] == p.ttft_p99_s * 1e3
