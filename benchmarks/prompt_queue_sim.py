@@ -1,20 +1,21 @@
 """How far the Poisson prompt queue's closed form is from an iteration-level scheduler.
 
-``Deployment(arrivals="poisson")`` adds to a prompt's own TTFT the wait of an M/D/1 queue of fluid prefill
-work (:func:`co_design.perf.serving._prompt_load`): every prompt needs ``ISL / room`` budget-full
-iterations, served first come first served. A runtime does it in whole iterations: each carries the decode
-tokens of the requests in flight and fills the rest of ``max_num_tokens`` with waiting prompt tokens in
-arrival order (chunked); a request that arrives during an iteration joins at its end, and its first token
-comes at the end of the iteration holding its last chunk. This script simulates that scheduler with the
-model's own step times (``co_design.perf.ops.step_time``, at graph speed as the model's steady state runs
-its iterations) under Poisson arrivals at the closed form's rate, and compares the *wait*: the simulated
-TTFT less the prompt's own iterations when it arrives at an iteration's end to an empty queue, against the
-closed form's M/D/1 wait (mean and p99). Both are the model: this measures the queue's abstraction, not
-the model against hardware (that is ``validate_perf.py --mlperf-latency``).
+``Deployment(arrivals="poisson")`` adds to a prompt's own TTFT the wait of an iteration-level prompt queue
+(:func:`co_design.perf.queueing.iteration_queue_wait`, a closed form): a runtime works in whole iterations;
+each carries the decode tokens of the requests in flight and fills the rest of ``max_num_tokens`` with
+waiting prompt tokens in arrival order (chunked); a request that arrives during an iteration joins at its
+end, and its first token comes at the end of the iteration holding its last chunk. This script simulates
+that scheduler with the model's own step times (``co_design.perf.ops.step_time``, at graph speed as the
+model's steady state runs its iterations) under Poisson arrivals at the closed form's rate, and compares the
+*wait*: the simulated TTFT less the prompt's own iterations when it arrives at an iteration's end to an empty
+queue, against the closed form's wait (mean and p99), and against the fluid M/D/1 queue of prefill work that
+``predict`` used before (:func:`co_design.perf.queueing.md1_mean_wait`). Both are the model: this measures
+the queue's abstraction, not the model against hardware (that is ``validate_perf.py --mlperf-latency``).
 
 Cases: the MLPerf Server/Interactive rows at their published load (``validate_perf.at_load``), on each
-mapping that reaches it, and one synthetic short-prompt case. The decode batch is held at the steady
-state's (the requests in flight), so the simulation isolates the prompt queue.
+mapping that reaches it, and a grid of an 8B-shaped model on one H100 (prompts of 256-32768 tokens, 16-192
+requests in flight where its KV cache holds them: prompts from 0.03x to 4x the iteration's room). The decode
+batch is held at the steady state's (the requests in flight), so the simulation isolates the prompt queue.
 
 Usage: python benchmarks/prompt_queue_sim.py [--requests 20000] [--out benchmarks/results]
 """
@@ -23,10 +24,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import statistics
 import sys
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -37,44 +40,40 @@ from co_design.arch import Architecture  # noqa: E402
 from co_design.hardware import get_gpu  # noqa: E402
 from co_design.perf import Deployment, Prediction, Runtime, predict  # noqa: E402
 from co_design.perf.ops import shards, step_time  # noqa: E402
+from co_design.perf.queueing import iteration_queue_wait, md1_mean_wait, md1_wait_quantile  # noqa: E402
 
 
-def simulate(arch: Architecture, gpu_name: str, p: Prediction, requests: int, seed: int = 1) -> list[float]:
-    """Waits (seconds) of ``requests`` Poisson arrivals at the rate ``p`` completes them, through an
-    iteration-level first-come-first-served chunked-prefill scheduler with ``p``'s batch decoding: each
-    TTFT less the prompt's own iterations from an iteration's end with nothing ahead of it."""
-    d, gpu = p.deployment, get_gpu(gpu_name)
-    rt = d.runtime
-    b = p.batch / d.replicas
-    a_dp = shards(arch, d).a_dp
-    room = rt.max_num_tokens * a_dp - b / d.pp
-    lam = b / (d.osl * p.tpot_s)  # prompts per second, the closed form's rate
-    host = rt.iteration_overhead_s + rt.request_overhead_s * b / a_dp
+def simulate_queue(rate: float, isl: int, room: float, iteration_s: Callable[[int], float], requests: int,
+                   seed: int = 1) -> list[float]:
+    """Waits (seconds) of ``requests`` Poisson arrivals (``rate`` per second) of ``isl``-token prompts through an
+    iteration-level first-come-first-served chunked-prefill scheduler whose iteration with ``x`` prompt tokens
+    (at most ``room``) takes ``iteration_s(x)`` seconds: each TTFT less the prompt's own iterations from an
+    iteration's end with nothing ahead of it."""
     cache: dict[int, float] = {}
 
-    def iteration_s(tokens: int) -> float:
-        if tokens not in cache:
-            cache[tokens] = d.pp * sum(step_time(arch, gpu, d, decode=b / d.pp, context=d.isl + d.osl / 2,
-                                                 prefill_tokens=float(tokens), prefill_len=d.isl).values()) + host
-        return cache[tokens]
+    def length(tokens: float) -> float:
+        key = round(tokens)
+        if key not in cache:
+            cache[key] = iteration_s(key)
+        return cache[key]
 
-    chunks, rest = divmod(d.isl, room)
-    alone = chunks * iteration_s(round(room)) + (iteration_s(round(rest)) if rest else 0.0)
+    chunks, rest = divmod(isl, room)
+    alone = chunks * length(room) + (length(rest) if rest else 0.0)
     rng = random.Random(seed)
     arrivals, t = [], 0.0
     for _ in range(requests):
-        t += rng.expovariate(lam)
+        t += rng.expovariate(rate)
         arrivals.append(t)
     queue: list[list[float]] = []  # [arrival, prompt tokens left]
     waits: list[float] = []
     clock, nxt = 0.0, 0
     while len(waits) < requests:
         while nxt < requests and arrivals[nxt] <= clock:
-            queue.append([arrivals[nxt], float(d.isl)])
+            queue.append([arrivals[nxt], float(isl)])
             nxt += 1
         if not queue:  # decode-only iterations until the next arrival (it joins at an iteration's end)
             while clock < arrivals[nxt]:
-                clock += iteration_s(0)
+                clock += length(0)
             continue
         fill, finished = 0.0, 0
         for q in queue:
@@ -84,10 +83,36 @@ def simulate(arch: Architecture, gpu_name: str, p: Prediction, requests: int, se
             q[1] -= take
             fill += take
             finished += q[1] <= 0
-        clock += iteration_s(round(fill))
+        clock += length(fill)
         waits += [clock - q[0] - alone for q in queue[:finished]]
         del queue[:finished]
     return waits
+
+
+def queue_of(arch: Architecture, gpu_name: str, p: Prediction) -> tuple[float, float, Callable[[int], float]]:
+    """``(rate, room, iteration_s)`` of ``p``'s replica as the closed form sees it: prompts per second, prompt
+    tokens per round of iterations, and a round's seconds with that many prompt tokens."""
+    d, gpu = p.deployment, get_gpu(gpu_name)
+    rt = d.runtime
+    b = p.batch / d.replicas
+    a_dp = shards(arch, d).a_dp
+    host = rt.iteration_overhead_s + rt.request_overhead_s * b / a_dp
+
+    def iteration_s(tokens: int) -> float:
+        return d.pp * sum(step_time(arch, gpu, d, decode=b / d.pp, context=d.isl + d.osl / 2,
+                                    prefill_tokens=tokens / d.pp, prefill_len=d.isl).values()) + host
+
+    return b / (d.osl * p.tpot_s), d.pp * (rt.max_num_tokens * a_dp - b / d.pp), iteration_s
+
+
+def simulate(arch: Architecture, gpu_name: str, p: Prediction, requests: int, seed: int = 1) -> list[float]:
+    """:func:`simulate_queue` of ``p``'s replica (:func:`queue_of`) at the closed form's rate."""
+    rate, room, iteration_s = queue_of(arch, gpu_name, p)
+    return simulate_queue(rate, p.deployment.isl, room, iteration_s, requests, seed)
+
+
+GRID_ISL = (256, 1024, 4096, 8192, 16384, 32768)
+GRID_CONCURRENCY = (16, 64, 192)
 
 
 def cases() -> list[tuple[str, Architecture, str, Prediction]]:
@@ -101,9 +126,54 @@ def cases() -> list[tuple[str, Architecture, str, Prediction]]:
             if p is not None:
                 out.append((f"{row['id']} {row['model']} {row['hardware']} {d.label}", arch, gpu, p))
     small = Architecture(hidden=4096, layers=32, heads=32, kv_heads=8, ffn=14336, vocab=128256, name="8B-shaped")
-    d = Deployment(weights="fp8", activations="fp8", isl=1024, osl=256, arrivals="poisson", concurrency=96)
-    out.append(("synthetic 8B-shaped H100 TP1, 1024/256, 96 in flight", small, "h100", predict(small, "h100", d)))
+    for isl in GRID_ISL:
+        for concurrency in GRID_CONCURRENCY:
+            d = Deployment(weights="fp8", activations="fp8", isl=isl, osl=256, arrivals="poisson",
+                           concurrency=concurrency)
+            p = predict(small, "h100", d)
+            # where the KV cache holds fewer, the rest also wait for a slot (predict's Little's-law wait), a
+            # queue the simulation leaves out
+            if math.isfinite(p.ttft_s) and p.batch == concurrency:
+                out.append((f"8B-shaped H100 TP1, {isl}/256, {concurrency} in flight", small, "h100", p))
     return out
+
+
+def fluid_wait(arch: Architecture, gpu_name: str, p: Prediction) -> tuple[float, float]:
+    """Mean and p99 wait (seconds) of the fluid M/D/1 queue ``predict`` used before: each prompt ``ISL / room``
+    budget-full rounds of work, served in arrival order."""
+    rate, room, iteration_s = queue_of(arch, gpu_name, p)
+    service = p.deployment.isl / room * iteration_s(round(room))
+    rho = rate * service
+    return md1_mean_wait(rho, service), md1_wait_quantile(rho, service, 0.99)
+
+
+LINEAR_ROOM = 8000
+LINEAR_ITERATIONS = ((0.01, 0.1), (0.02, 0.5), (0.03, 1.0))  # (decode-only, budget-full) seconds
+LINEAR_ISL = (256, 1024, 4096, 7000, 8000, 9200, 12000, 16000, 32000)
+LINEAR_BUSY = (0.2, 0.5, 0.8)
+
+
+def linear_grid(requests: int) -> list[dict[str, float]]:
+    """The closed form against :func:`simulate_queue` on iterations linear in their prompt tokens, away from any
+    model: every (decode-only, budget-full) pair of ``LINEAR_ITERATIONS``, prompt of ``LINEAR_ISL`` tokens beside
+    a room of ``LINEAR_ROOM``, at the arrival rate that keeps budget-full iterations busy ``LINEAR_BUSY`` of the
+    time."""
+    out = []
+    for idle, full in LINEAR_ITERATIONS:
+        for isl in LINEAR_ISL:
+            for busy in LINEAR_BUSY:
+                rate = busy * LINEAR_ROOM / (isl * full)
+                waits = sorted(simulate_queue(rate, isl, LINEAR_ROOM,
+                                              lambda x, i=idle, f=full: i + (f - i) * x / LINEAR_ROOM, requests))
+                mean, p99 = iteration_queue_wait(rate, isl, LINEAR_ROOM, idle, full)
+                out.append({"idle_s": idle, "full_s": full, "isl": isl, "busy": busy,
+                            "mean_ratio": mean / statistics.fmean(waits),
+                            "p99_ratio": p99 / waits[int(0.99 * len(waits))]})
+    return out
+
+
+def _range(values: list[float]) -> str:
+    return f"{min(values):.2f}-{max(values):.2f}x"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,28 +185,59 @@ def main(argv: list[str] | None = None) -> int:
     for name, arch, gpu, p in cases():
         steady = predict(arch, gpu, p.deployment.replace(arrivals="steady"))
         waits = sorted(simulate(arch, gpu, p, args.requests))
+        rate, room, iteration_s = queue_of(arch, gpu, p)
+        fluid = fluid_wait(arch, gpu, p)
         items.append({"case": name, "requests_in_flight_per_replica": p.batch / p.deployment.replicas,
+                      "prompt_over_room": p.deployment.isl / room,
+                      "prompt_busy_share": rate * p.deployment.isl / room * iteration_s(round(room)),
                       "closed_form_wait_ms": {"mean": (p.ttft_s - steady.ttft_s) * 1e3,
                                               "p99": (p.ttft_p99_s - steady.ttft_s) * 1e3},
+                      "fluid_md1_wait_ms": {"mean": fluid[0] * 1e3, "p99": fluid[1] * 1e3},
                       "simulated_wait_ms": {"mean": statistics.fmean(waits) * 1e3,
                                             "p99": waits[int(0.99 * len(waits))] * 1e3},
                       "own_ttft_ms": steady.ttft_s * 1e3, "tpot_ms": p.tpot_s * 1e3})
+    ratio = {(form, stat): [it[form][stat] / it["simulated_wait_ms"][stat] for it in items]
+             for form in ("closed_form_wait_ms", "fluid_md1_wait_ms") for stat in ("mean", "p99")}
+    busy = [it["prompt_busy_share"] for it in items]
     L = ["# The Poisson prompt queue: closed form against an iteration-level scheduler", "",
-         f"Command: `python benchmarks/prompt_queue_sim.py --requests {args.requests}` (seconds). The closed form's "
-         "wait is what `predict` adds to a prompt's own TTFT with `arrivals=\"poisson\"` (an M/D/1 queue of fluid "
-         "prefill work); the simulated wait runs the same load and step times through whole iterations that fill "
-         "`max_num_tokens` with waiting prompt tokens in arrival order (seed 1), less the prompt's own iterations. "
-         "Both are the model: this measures the queue's abstraction only.", "",
-         "| case | in flight | TPOT ms | own TTFT ms | wait mean ms (closed / simulated) | wait p99 ms (closed / simulated) |",
-         "|---|---:|---:|---:|---:|---:|"]
+         f"Command: `python benchmarks/prompt_queue_sim.py --requests {args.requests}` (about a minute). The closed "
+         "form's wait is what `predict` adds to a prompt's own TTFT with `arrivals=\"poisson\"` "
+         "(`co_design.perf.queueing.iteration_queue_wait`: the iteration in progress, the prompts ahead, the later "
+         "arrivals that share the last iteration); the fluid M/D/1 is the queue of prefill work it replaced; the "
+         "simulated wait runs the same load and step times through whole iterations that fill `max_num_tokens` "
+         "with waiting prompt tokens in arrival order (seed 1), less the prompt's own iterations. All three are "
+         "the model: this measures the queue's abstraction only.", "",
+         f"Closed form / simulated: mean {_range(ratio['closed_form_wait_ms', 'mean'])}, p99 "
+         f"{_range(ratio['closed_form_wait_ms', 'p99'])} over {len(items)} cases (prompts keep the replica busy "
+         f"{min(busy):.0%}-{max(busy):.0%} of the time); the fluid M/D/1: mean "
+         f"{_range(ratio['fluid_md1_wait_ms', 'mean'])}, p99 {_range(ratio['fluid_md1_wait_ms', 'p99'])}.", "",
+         "| case | in flight | prompt / room | busy | TPOT ms | own TTFT ms | wait mean ms (closed / M/D/1 / simulated) "
+         "| wait p99 ms (closed / M/D/1 / simulated) |",
+         "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for it in items:
-        c, s = it["closed_form_wait_ms"], it["simulated_wait_ms"]
-        L.append(f"| {it['case']} | {it['requests_in_flight_per_replica']:.0f} | {it['tpot_ms']:.1f} | "
-                 f"{it['own_ttft_ms']:,.0f} | {c['mean']:,.1f} / {s['mean']:,.1f} | {c['p99']:,.1f} / {s['p99']:,.1f} |")
+        c, f, s = it["closed_form_wait_ms"], it["fluid_md1_wait_ms"], it["simulated_wait_ms"]
+        L.append(f"| {it['case']} | {it['requests_in_flight_per_replica']:.0f} | {it['prompt_over_room']:.2f} | "
+                 f"{it['prompt_busy_share']:.0%} | {it['tpot_ms']:.1f} | {it['own_ttft_ms']:,.0f} | {c['mean']:,.1f} / {f['mean']:,.1f} / "
+                 f"{s['mean']:,.1f} | {c['p99']:,.1f} / {f['p99']:,.1f} / {s['p99']:,.1f} |")
+    grid = linear_grid(args.requests // 2)
+    worst = sorted(grid, key=lambda g: -max(abs(math.log(g["mean_ratio"])), abs(math.log(g["p99_ratio"]))))[:5]
+    L += ["", "## Iterations linear in their prompt tokens", "",
+          f"Away from any model: iterations of {LINEAR_ROOM} prompt tokens' room taking "
+          f"{', '.join(f'{i * 1e3:g} ms decode-only and {f * 1e3:g} ms budget-full' for i, f in LINEAR_ITERATIONS)}, "
+          f"linear between; prompts of {', '.join(map(str, LINEAR_ISL))} tokens; arrival rates that keep budget-full "
+          f"iterations busy {', '.join(f'{b:.0%}' for b in LINEAR_BUSY)} of the time ({args.requests // 2} arrivals "
+          f"each). Closed form / simulated over the {len(grid)} cases: mean "
+          f"{_range([g['mean_ratio'] for g in grid])}, p99 {_range([g['p99_ratio'] for g in grid])}. The five "
+          "farthest:", "",
+          "| decode-only ms | budget-full ms | prompt tokens | busy | mean ratio | p99 ratio |",
+          "|---:|---:|---:|---:|---:|---:|"]
+    L += [f"| {g['idle_s'] * 1e3:g} | {g['full_s'] * 1e3:g} | {g['isl']} | {g['busy']:.0%} | {g['mean_ratio']:.2f} | "
+          f"{g['p99_ratio']:.2f} |" for g in worst]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "prompt_queue_sim.md").write_text("\n".join(L) + "\n")
-    (out / "prompt_queue_sim.json").write_text(json.dumps(items, indent=1) + "\n")
+    (out / "prompt_queue_sim.json").write_text(json.dumps({"model_cases": items, "linear_grid": grid}, indent=1)
+                                               + "\n")
     print("\n".join(L))
     return 0
 

@@ -1744,7 +1744,7 @@ def main(argv: list[str] | None = None) -> int:
           "- Speculative decoding (MTP, EAGLE, n-gram drafts): not modelled; such rows are listed, not scored.",
           "- Scheduler dynamics beyond the steady state and whole waves: the ramp-up and drain inside a wave, "
           "preemption, variable-length requests. MLPerf Server/Interactive rows are predicted with Poisson arrivals, "
-          "their p99 TTFT limit on the M/D/1 queue of equal prompts (`Deployment.arrivals`); the dataset's "
+          "their p99 TTFT limit on the iteration-level queue of equal prompts (`Deployment.arrivals`); the dataset's "
           "variable prompt lengths would lengthen that queue, and their p99 TPOT limit is applied to the mean TPOT.",
           "- Per-shape kernel behaviour beyond the tile model: one fitted fraction per op class; "
           "compute/communication overlap is not modelled (communication adds).",
