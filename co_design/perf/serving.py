@@ -38,7 +38,7 @@ micro-batches in flight.
   :func:`co_design.perf.queueing.iteration_queue_wait`): prompts join at iteration ends, so a prompt waits
   for the iteration in progress, the prompts ahead of it (M/D/1) and the later arrivals that share its
   last iteration; ``Prediction.ttft_p99_s`` is the 99th percentile (``benchmarks/prompt_queue_sim.py``:
-  0.81-1.14x of a simulated iteration-level scheduler's mean wait and 0.79-1.20x of its p99 on the
+  0.85-1.14x of a simulated iteration-level scheduler's mean wait and 0.79-1.20x of its p99 on the
   model's own step times, prompts of 0.03-4x the iteration's room). Steady arrivals do not queue behind
   one another (``benchmarks/results/ttft_load.md`` measures steady and burst against published rows).
 * More requests than a replica holds (its KV cache at ISL+OSL, ``Runtime.max_batch``):
