@@ -74,7 +74,8 @@ from __future__ import annotations
 import math
 import statistics
 
-__all__ = ["md1_mean_wait", "md1_wait_quantile", "md1_wait_variance", "gamma_quantile", "iteration_queue_wait"]
+__all__ = ["md1_mean_wait", "md1_wait_quantile", "md1_wait_variance", "gamma_quantile", "poisson_quantile",
+           "iteration_queue_wait"]
 
 
 def _check(rho: float, service_s: float) -> None:
@@ -219,6 +220,26 @@ def gamma_quantile(mean: float, variance: float, q: float) -> float:
             return nxt * scale
         x = nxt
     return x * scale
+
+
+def poisson_quantile(mean: float, q: float) -> float:
+    """The ``q`` quantile of a Poisson count of this mean: the least ``k`` with ``P(N <= k) >= q``, summing the pmf
+    from 12 standard deviations below the mean (the mass below is under 1e-30), in logs so that no term
+    underflows; about ``15 sqrt(mean)`` terms."""
+    if not 0 < q < 1:
+        raise ValueError(f"q (quantile) must be in (0, 1), e.g. 0.99, got {q}")
+    if not mean >= 0:
+        raise ValueError(f"mean must be >= 0, got {mean}")
+    if mean == 0:
+        return 0.0
+    k = max(0, math.floor(mean - 12 * math.sqrt(mean)))
+    p = math.exp(-mean + k * math.log(mean) - math.lgamma(k + 1))
+    cdf = p
+    while cdf < q:
+        k += 1
+        p *= mean / k
+        cdf += p
+    return float(k)
 
 
 def _shared_room(mean_arrivals: float, prompt_tokens: float, free_tokens: float) -> tuple[float, float]:

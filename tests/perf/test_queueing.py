@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import pytest
 
 from co_design.perf.queueing import (gamma_quantile, iteration_queue_wait, md1_mean_wait, md1_wait_quantile,
-                                    md1_wait_variance)
+                                    md1_wait_variance, poisson_quantile)
 
 
 def simulated_waits(rho: float, s: float, n: int, seed: int) -> list[float]:
@@ -140,3 +140,30 @@ def test_iteration_queue_wait_properties(queue, more):
     if busy * more < 1:
         heavier = iteration_queue_wait(rate * more, prompt, room, idle, full)
         assert heavier[0] >= mean * (1 - 1e-9) and heavier[1] >= p99 * (1 - 1e-9)
+
+
+def exact_poisson_quantile(mean: float, q: float) -> int:
+    """Least k with P(N <= k) >= q, P(N <= k) = Q(k + 1, mean) (regularized upper incomplete gamma, mpmath), by
+    bisection over k."""
+    with mpmath.workdps(40):
+        lo, hi = -1, int(mean + 20 * math.sqrt(mean) + 20)  # P(N <= lo) < q <= P(N <= hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if float(mpmath.gammainc(mid + 1, mean, mpmath.inf, regularized=True)) < q:
+                lo = mid
+            else:
+                hi = mid
+        return hi
+
+
+@pytest.mark.parametrize("mean", [0.0, 0.3, 1.0, 10.0, 95.0, 700.0])
+@pytest.mark.parametrize("q", [0.5, 0.99])
+def test_poisson_quantile_is_exact_up_to_a_mean_of_700(mean, q):
+    assert poisson_quantile(mean, q) == exact_poisson_quantile(mean, q)
+
+
+def test_poisson_quantile_beyond_700_is_the_gamma_law_s_within_a_count():
+    for mean in (701.0, 5000.0, 1e6):
+        assert abs(poisson_quantile(mean, 0.99) - exact_poisson_quantile(mean, 0.99)) <= 1.0
+    with pytest.raises(ValueError, match=r"mean must be >= 0, got -1"):
+        poisson_quantile(-1.0, 0.5)
