@@ -44,14 +44,15 @@ _ARRIVALS_HELP = ("how requests arrive, for TTFT under load: steady (spread in t
                   "burst (all --concurrency requests at once and in step, as a fixed-concurrency benchmark starts "
                   "them: each waits for the prompts ahead of it) or poisson (at random times, as MLPerf Server "
                   "sends them: each also waits, admitted at an iteration's end, for the prompts that arrived "
-                  "before it and the later ones that share its last iteration; the report adds the p99 TTFT)")
+                  "before it and the later ones that share its last iteration; the report adds the p99 TTFT, and a "
+                  "p99 TPOT over requests, each decoding beside the prompts admitted while it does)")
 _RUNTIME_HELP = ("runtime file (JSON of co_design.perf.Runtime fields, e.g. from `co-design anchor --out`): "
                  "overheads and rates of your serving runtime instead of the fitted defaults")
 _MAX_GPUS = 2**20  # --pareto enumerates every tp dividing --gpus: bounded, a typo like 10**12 would hang it
 # CLI flag, SLO field, factor from the flag's unit to the field's (ms -> s)
 _SLO_FLAGS = (("--min-tokens-per-s-per-user", "min_tokens_per_s_per_user", 1.0),
               ("--max-ttft-ms", "max_ttft_s", 1e-3), ("--max-tpot-ms", "max_tpot_s", 1e-3),
-              ("--max-ttft-p99-ms", "max_ttft_p99_s", 1e-3))
+              ("--max-ttft-p99-ms", "max_ttft_p99_s", 1e-3), ("--max-tpot-p99-ms", "max_tpot_p99_s", 1e-3))
 
 
 def _version() -> str:
@@ -100,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     slo.add_argument("--max-tpot-ms", type=float, default=None, metavar="MS", help="e.g. 20")
     slo.add_argument("--max-ttft-p99-ms", type=float, default=None, metavar="MS",
                      help="99th-percentile TTFT, e.g. 2000 (with --arrivals poisson: the queue's tail)")
+    slo.add_argument("--max-tpot-p99-ms", type=float, default=None, metavar="MS",
+                     help="99th-percentile TPOT over requests, e.g. 40 (with --arrivals poisson: each decodes "
+                          "beside the prompts admitted meanwhile)")
     pr.add_argument("--runtime", metavar="FILE", default=None, help=_RUNTIME_HELP)
     pr.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     pr.add_argument("--no-advice", action="store_true", help="skip shape advice (faster)")
@@ -176,6 +180,9 @@ def _deployment_args(sp: argparse.ArgumentParser, *, concurrency_help: str | Non
     slo.add_argument("--max-tpot-ms", type=float, default=None, metavar="MS", help="e.g. 20")
     slo.add_argument("--max-ttft-p99-ms", type=float, default=None, metavar="MS",
                      help="99th-percentile TTFT, e.g. 2000 (with --arrivals poisson: the queue's tail)")
+    slo.add_argument("--max-tpot-p99-ms", type=float, default=None, metavar="MS",
+                     help="99th-percentile TPOT over requests, e.g. 40 (with --arrivals poisson: each decodes "
+                          "beside the prompts admitted meanwhile)")
 
 
 def _fp8_scaling_error(args: argparse.Namespace) -> str | None:

@@ -136,6 +136,7 @@ class SLOConfig:
     max_ttft_s: Optional[float] = None  # mean
     max_tpot_s: Optional[float] = None
     max_ttft_p99_s: Optional[float] = None  # 99th percentile (deployment.arrivals=poisson: the prompt queue's tail)
+    max_tpot_p99_s: Optional[float] = None  # 99th percentile over requests (poisson: each beside different prompts)
 
     @property
     def is_set(self) -> bool:

@@ -91,7 +91,7 @@ def perf_slo(slo: Any) -> Any:
 
     return perf.SLO(
         min_tokens_per_s_per_user=slo.min_tokens_per_s_per_user, max_ttft_s=slo.max_ttft_s, max_tpot_s=slo.max_tpot_s,
-        max_ttft_p99_s=slo.max_ttft_p99_s,
+        max_ttft_p99_s=slo.max_ttft_p99_s, max_tpot_p99_s=slo.max_tpot_p99_s,
     )
 
 
@@ -140,6 +140,8 @@ def _slo_violation(slo: Any, p: Any) -> float:
         worst = max(worst, p.tpot_s / slo.max_tpot_s - 1)
     if slo.max_ttft_p99_s is not None:
         worst = max(worst, p.ttft_p99_s / slo.max_ttft_p99_s - 1)
+    if slo.max_tpot_p99_s is not None:
+        worst = max(worst, p.tpot_p99_s / slo.max_tpot_p99_s - 1)
     return worst
 
 
@@ -341,6 +343,8 @@ def definitions(deployment_cfg: Any) -> list[str]:
         slo.append(f"TPOT <= {d.slo.max_tpot_s * 1e3:g} ms")
     if d.slo.max_ttft_p99_s is not None:
         slo.append(f"p99 TTFT <= {d.slo.max_ttft_p99_s * 1e3:g} ms ({d.arrivals} arrivals)")
+    if d.slo.max_tpot_p99_s is not None:
+        slo.append(f"p99 TPOT <= {d.slo.max_tpot_p99_s * 1e3:g} ms ({d.arrivals} arrivals)")
     where = f"at {d.concurrency} requests in flight" if d.concurrency is not None else "at the best concurrency that fits"
     meets = f" and meets the SLO ({', '.join(slo)})" if slo else ""
     return [

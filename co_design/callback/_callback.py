@@ -385,6 +385,7 @@ class CoDesignCallback(Callback):
             "co_design/ttft_ms": float(p.ttft_s) * 1e3,
             "co_design/ttft_p99_ms": float(p.ttft_p99_s) * 1e3,
             "co_design/tpot_ms": float(p.tpot_s) * 1e3,
+            "co_design/tpot_p99_ms": float(p.tpot_p99_s) * 1e3,
             "co_design/memory_per_gpu_gb": float(p.memory_per_gpu_bytes) / 1e9,
             "co_design/batch": float(p.batch),
             "co_design/fits": float(bool(p.fits)),

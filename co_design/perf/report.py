@@ -70,7 +70,8 @@ def format_report(arch: "Architecture", pred: Prediction, advice: Sequence[Advic
         ("output tokens/s (deployment)", f"{pred.output_tokens_per_s:,.1f}"),
         (f"TTFT ({pred.deployment.arrivals} arrivals, mean)", f"{pred.ttft_s * 1e3:,.1f} ms"),
         (f"TTFT ({pred.deployment.arrivals} arrivals, p99)", f"{pred.ttft_p99_s * 1e3:,.1f} ms"),
-        ("TPOT", f"{pred.tpot_s * 1e3:,.2f} ms"),
+        ("TPOT (mean)", f"{pred.tpot_s * 1e3:,.2f} ms"),
+        (f"TPOT ({pred.deployment.arrivals} arrivals, p99 over requests)", f"{pred.tpot_p99_s * 1e3:,.2f} ms"),
         ("decode iteration bound", pred.bound),
     ]
     out += _table(("metric", "value"), summary, {1})

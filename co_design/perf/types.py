@@ -267,9 +267,11 @@ class Deployment:
       steady, plus the wait of a queue admitted at iteration ends: the iteration in
       progress, the prompts that arrived before and the later ones that share its last
       iteration (:func:`co_design.perf.queueing.iteration_queue_wait`);
-      ``Prediction.ttft_p99_s`` is its 99th percentile. A batch whose prompts arrive faster than the replica prefills
-      them has no steady state (TTFT ``inf``): :func:`max_throughput` and
-      :func:`pareto` pass it by.
+      ``Prediction.ttft_p99_s`` is its 99th percentile. The requests' TPOTs spread too:
+      each decodes beside the prompts admitted meanwhile, a Poisson count of mean ``B``
+      (``Prediction.tpot_p99_s``, the 99th percentile of the requests' mean TPOTs). A
+      batch whose prompts arrive faster than the replica prefills them has no steady
+      state (TTFT ``inf``): :func:`max_throughput` and :func:`pareto` pass it by.
     """
 
     gpus: int | None = None
@@ -360,9 +362,10 @@ class SLO:
     max_ttft_s: float | None = None  # mean TTFT
     max_tpot_s: float | None = None
     max_ttft_p99_s: float | None = None  # 99th-percentile TTFT (Prediction.ttft_p99_s), as MLPerf Server limits it
+    max_tpot_p99_s: float | None = None  # 99th percentile over requests of their TPOT (Prediction.tpot_p99_s), as MLPerf
 
     def __post_init__(self) -> None:
-        for name in ("min_tokens_per_s_per_user", "max_ttft_s", "max_tpot_s", "max_ttft_p99_s"):
+        for name in ("min_tokens_per_s_per_user", "max_ttft_s", "max_tpot_s", "max_ttft_p99_s", "max_tpot_p99_s"):
             v = getattr(self, name)
             if v is not None and not v > 0:
                 raise ValueError(f"SLO.{name} must be > 0 or None, got {v}")
@@ -375,6 +378,8 @@ class SLO:
         if self.max_tpot_s is not None and p.tpot_s > self.max_tpot_s:
             return False
         if self.max_ttft_p99_s is not None and not p.ttft_p99_s <= self.max_ttft_p99_s:
+            return False
+        if self.max_tpot_p99_s is not None and not p.tpot_p99_s <= self.max_tpot_p99_s:
             return False
         return True
 
@@ -460,6 +465,7 @@ class Prediction:
     gpu: str
     notes: tuple[str, ...] = ()
     ttft_p99_s: float = float("nan")  # 99th percentile over requests (Deployment.arrivals says how they vary)
+    tpot_p99_s: float = float("nan")  # 99th percentile over requests of each one's mean TPOT (the same)
 
     @property
     def memory_per_gpu_bytes(self) -> float:
@@ -479,6 +485,7 @@ class Prediction:
             "output_tokens_per_s": self.output_tokens_per_s,
             "ttft_ms": self.ttft_s * 1e3,
             "ttft_p99_ms": self.ttft_p99_s * 1e3,
+            "tpot_p99_ms": self.tpot_p99_s * 1e3,
             "tpot_ms": self.tpot_s * 1e3,
             "batch": self.batch,
             "memory_per_gpu_gb": self.memory_per_gpu_bytes / 1e9,

@@ -100,11 +100,12 @@ def test_prediction_and_quant_stats_in_csv(tmp_path):
     row = pred_rows[0]
     predicted = cb.prediction.output_tokens_per_s_per_gpu
     assert float(row["co_design/output_tokens_per_s_per_gpu"]) == pytest.approx(predicted)
-    for name in ("output_tokens_per_s_per_user", "ttft_ms", "ttft_p99_ms", "tpot_ms", "memory_per_gpu_gb", "fits",
+    for name in ("output_tokens_per_s_per_user", "ttft_ms", "ttft_p99_ms", "tpot_ms", "tpot_p99_ms", "memory_per_gpu_gb", "fits",
                  "params_total"):
         assert row[f"co_design/{name}"] != "", name
     assert float(row["co_design/tpot_ms"]) == pytest.approx(cb.prediction.tpot_s * 1e3)
     assert float(row["co_design/ttft_p99_ms"]) == pytest.approx(cb.prediction.ttft_p99_s * 1e3)
+    assert float(row["co_design/tpot_p99_ms"]) == pytest.approx(cb.prediction.tpot_p99_s * 1e3)
     assert sum(float(row[f"co_design/bound_{b}"]) for b in ("compute", "memory", "communication")) == 1.0
     # fake-quant statistics at steps 2 and 4
     quant_steps = [int(r["step"]) for r in rows if r.get("co_design/quant/weight_relative_error_mean")]

@@ -11,7 +11,7 @@ from co_design.perf import (SLO, Deployment, Prediction, Runtime, max_throughput
                             shape_advice)
 from co_design.perf.memory import activation_bytes_per_gpu, kv_bytes_per_request, weights_bytes_per_gpu
 from co_design.perf.ops import step_ops, step_time
-from co_design.perf.queueing import iteration_queue_wait
+from co_design.perf.queueing import iteration_queue_wait, poisson_quantile
 
 SMALL = Architecture(hidden=2048, layers=4, heads=16, kv_heads=4, ffn=8192, vocab=32000, name="small")
 MOE = Architecture(hidden=2048, layers=4, heads=16, kv_heads=4, ffn=768, vocab=32000, experts=64,
@@ -800,9 +800,13 @@ def test_poisson_arrivals_add_the_wait_of_the_iteration_level_prompt_queue(pp):
     # it waits at least for the iteration in progress (half a decode-only round) and the M/D/1 queue ahead
     service = 2048 / (pp * room) * round_s(room)
     assert wait > round_s(0) / 2 + rho * service / (2 * (1 - rho))
+    # a request's TPOT: the decode-only round plus the prompts admitted while it decodes, Poisson with mean b
+    assert a.tpot_p99_s == a.tpot_s  # steady: every request decodes beside the same mix
+    assert p.tpot_p99_s == pytest.approx(round_s(0) + (p.tpot_s - round_s(0)) * poisson_quantile(64, 0.99) / 64)
+    assert p.tpot_p99_s > p.tpot_s
     (busy,) = [float(n.split("busy ")[1].split("%")[0]) for n in p.notes if n.startswith("Poisson arrivals:")]
     assert abs(busy - 100 * rho) <= 0.5 + 1e-9  # the note's whole per cent, whichever way it rounds
-    assert p.to_dict()["ttft_p99_ms"] == p.ttft_p99_s * 1e3
+    assert p.to_dict()["ttft_p99_ms"] == p.ttft_p99_s * 1e3 and p.to_dict()["tpot_p99_ms"] == p.tpot_p99_s * 1e3
 
 
 def test_poisson_arrivals_pass_by_batches_whose_prompts_outrun_the_prefill():
@@ -818,6 +822,9 @@ def test_poisson_arrivals_pass_by_batches_whose_prompts_outrun_the_prefill():
     # a p99 bound picks a smaller batch still, and holds at it
     bound = max_throughput(SMALL, "h100", d, slo=SLO(max_ttft_p99_s=best.ttft_p99_s / 2))
     assert bound.ttft_p99_s <= best.ttft_p99_s / 2 and bound.batch < best.batch
+    # and a p99 TPOT bound, on the spread of the requests' TPOTs
+    bound = max_throughput(SMALL, "h100", d, slo=SLO(max_tpot_p99_s=best.tpot_p99_s * 0.9))
+    assert bound.tpot_p99_s <= best.tpot_p99_s * 0.9 and bound.batch < best.batch
 
 
 def test_burst_p99_ttft_is_the_wait_of_the_wave_s_99th_prompt():

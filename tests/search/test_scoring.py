@@ -129,6 +129,17 @@ def test_a_p99_ttft_bound_with_poisson_arrivals_caps_the_throughput_point():
     text = "\n".join(definitions(bound))
     assert f"p99 TTFT <= {free.prediction.ttft_p99_s / 2 * 1e3:g} ms (poisson arrivals)" in text
     assert "TTFT with poisson arrivals: requests arrive at random" in text
+
+
+def test_a_p99_tpot_bound_with_poisson_arrivals_caps_the_throughput_point():
+    free = throughput_point(ARCH, "b200", _dep(arrivals="poisson", isl=2048, osl=256))
+    assert free.prediction.tpot_p99_s > free.prediction.tpot_s
+    bound = _dep(arrivals="poisson", isl=2048, osl=256, slo=SLOConfig(max_tpot_p99_s=free.prediction.tpot_p99_s * 0.8))
+    capped = throughput_point(ARCH, "b200", bound)
+    assert capped.feasible and capped.prediction.tpot_p99_s <= free.prediction.tpot_p99_s * 0.8
+    assert capped.prediction.output_tokens_per_s_per_gpu < free.prediction.output_tokens_per_s_per_gpu
+    assert f"p99 TPOT <= {free.prediction.tpot_p99_s * 0.8 * 1e3:g} ms (poisson arrivals)" in "\n".join(
+        definitions(bound))
 def test_a_runtime_file_reaches_both_operating_points_and_the_study_settings(tmp_path):
     import json
 
