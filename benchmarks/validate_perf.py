@@ -221,8 +221,8 @@ def deployments_of(row: dict[str, Any], arch: Architecture, runtime: Runtime,
         osl = round(row["metrics"].get("output_tokens_per_sample_derived") or MLPERF_OSL_REF[row["model"]])
         tps = [1, 2, 4, 8]
         lim = row.get("latency_constraints_ms")
-        if lim:  # Server and Interactive: queries arrive as a Poisson process, TTFT limited at p99
-            slo = SLO(max_ttft_p99_s=lim["ttft_p99"] / 1e3, max_tpot_s=lim["tpot_p99"] / 1e3)
+        if lim:  # Server and Interactive: queries arrive as a Poisson process, TTFT and TPOT limited at p99
+            slo = SLO(max_ttft_p99_s=lim["ttft_p99"] / 1e3, max_tpot_p99_s=lim["tpot_p99"] / 1e3)
             arrivals = "poisson"
     else:
         isl, osl = row["isl"], row["osl"]
@@ -1344,7 +1344,7 @@ def mlperf_latency_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def mlperf_latency_report(rows: list[dict[str, Any]], out: Path) -> list[dict[str, Any]]:
-    """The MLPerf Server/Interactive rows' published latency statistics (mean and p99 TTFT, mean TPOT) against
+    """The MLPerf Server/Interactive rows' published latency statistics (mean and p99 TTFT and TPOT) against
     the model's at the published load, on each mapping the row allows, with Poisson arrivals (as LoadGen sends
     the queries) and, for comparison, steady ones. Not fitted: the product defaults."""
     items = []
@@ -1362,7 +1362,8 @@ def mlperf_latency_report(rows: list[dict[str, Any]], out: Path) -> list[dict[st
                           "predicted": None if poisson is None else {
                               "tokens_per_s_per_gpu": poisson.output_tokens_per_s_per_gpu, "batch": poisson.batch,
                               "ttft_mean_ms": poisson.ttft_s * 1e3, "ttft_p99_ms": poisson.ttft_p99_s * 1e3,
-                              "tpot_mean_ms": poisson.tpot_s * 1e3, "steady_ttft_ms": steady.ttft_s * 1e3}})
+                              "tpot_mean_ms": poisson.tpot_s * 1e3, "tpot_p99_ms": poisson.tpot_p99_s * 1e3,
+                              "steady_ttft_ms": steady.ttft_s * 1e3}})
     L = ["# MLPerf Server latency at the published load", "",
          "Command: `python benchmarks/validate_perf.py --mlperf-latency` (seconds). Each MLPerf Server/Interactive row "
          "publishes, beside its throughput, the mean and p99 TTFT and TPOT LoadGen measured at it "
@@ -1370,18 +1371,23 @@ def mlperf_latency_report(rows: list[dict[str, Any]], out: Path) -> list[dict[st
          "whose output tokens/s per GPU reach the published figure), on each mapping the row allows (the "
          "submission's mapping is not in the summary), with Poisson arrivals as LoadGen sends the queries; "
          "'steady' is the TTFT without the prompt queue. Product defaults, nothing fitted. Prompts are all of the "
-         "dataset's mean length (MLPERF_ISL); the dataset's vary.", "",
+         "dataset's mean length (MLPERF_ISL) and outputs of its mean length; the dataset's vary. A request's TPOT "
+         "is its own mean over its output; the p99 is over requests, and 'TPOT p99 / mean' is that spread, which "
+         "depends less on the mapping than either figure.", "",
          "| row | model | GPUs | scenario | mapping | requests per replica | TTFT mean ms (pred / meas) | TTFT p99 ms | "
-         "TPOT mean ms | steady TTFT ms |", "|---|---|---|---|---|---:|---:|---:|---:|---:|"]
+         "TPOT mean ms | TPOT p99 ms | TPOT p99 / mean | steady TTFT ms |",
+         "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for it in items:
         p, m = it["predicted"], it["measured"]
         if p is None:
             L.append(f"| {it['id']} | {it['model']} | {it['gpu']} x{it['num_gpus']} | {it['scenario']} | {it['mapping']} "
-                     "| - | does not reach the published load | | | |")
+                     "| - | does not reach the published load | | | | | |")
             continue
         L.append(f"| {it['id']} | {it['model']} | {it['gpu']} x{it['num_gpus']} | {it['scenario']} | {it['mapping']} | "
                  f"{p['batch']} | {p['ttft_mean_ms']:,.0f} / {m['ttft_mean_ms']:,.0f} | "
                  f"{p['ttft_p99_ms']:,.0f} / {m['ttft_p99_ms']:,.0f} | {p['tpot_mean_ms']:.1f} / {m['tpot_mean_ms']:.1f} | "
+                 f"{p['tpot_p99_ms']:.1f} / {m['tpot_p99_ms']:.1f} | "
+                 f"{p['tpot_p99_ms'] / p['tpot_mean_ms']:.2f} / {m['tpot_p99_ms'] / m['tpot_mean_ms']:.2f} | "
                  f"{p['steady_ttft_ms']:,.0f} |")
     out.mkdir(parents=True, exist_ok=True)
     (out / "mlperf_latency.md").write_text("\n".join(L) + "\n")
@@ -1744,8 +1750,9 @@ def main(argv: list[str] | None = None) -> int:
           "- Speculative decoding (MTP, EAGLE, n-gram drafts): not modelled; such rows are listed, not scored.",
           "- Scheduler dynamics beyond the steady state and whole waves: the ramp-up and drain inside a wave, "
           "preemption, variable-length requests. MLPerf Server/Interactive rows are predicted with Poisson arrivals, "
-          "their p99 TTFT limit on the iteration-level queue of equal prompts (`Deployment.arrivals`); the dataset's "
-          "variable prompt lengths would lengthen that queue, and their p99 TPOT limit is applied to the mean TPOT.",
+          "their p99 TTFT limit on the iteration-level queue of equal prompts and their p99 TPOT limit on the spread "
+          "of equal requests' TPOTs (`Deployment.arrivals`); the dataset's variable lengths would lengthen the queue "
+          "and widen the spread.",
           "- Per-shape kernel behaviour beyond the tile model: one fitted fraction per op class; "
           "compute/communication overlap is not modelled (communication adds).",
           "- Power/clock throttling, L2 residency of small weights, disaggregated serving, prefix caching.",
