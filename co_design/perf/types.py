@@ -362,7 +362,7 @@ class SLO:
     max_ttft_s: float | None = None  # mean TTFT
     max_tpot_s: float | None = None
     max_ttft_p99_s: float | None = None  # 99th-percentile TTFT (Prediction.ttft_p99_s), as MLPerf Server limits it
-    max_tpot_p99_s: float | None = None  # 99th percentile over requests of their TPOT (Prediction.tpot_p99_s), as MLPerf
+    max_tpot_p99_s: float | None = None  # p99 over requests of their TPOT (Prediction.tpot_p99_s), as MLPerf
 
     def __post_init__(self) -> None:
         for name in ("min_tokens_per_s_per_user", "max_ttft_s", "max_tpot_s", "max_ttft_p99_s", "max_tpot_p99_s"):
