@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
              for form in ("closed_form_wait_ms", "fluid_md1_wait_ms") for stat in ("mean", "p99")}
     busy = [it["prompt_busy_share"] for it in items]
     L = ["# The Poisson prompt queue: closed form against an iteration-level scheduler", "",
-         f"Command: `python benchmarks/prompt_queue_sim.py --requests {args.requests}` (about a minute). The closed "
+         f"Command: `python benchmarks/prompt_queue_sim.py --requests {args.requests}` (seconds). The closed "
          "form's wait is what `predict` adds to a prompt's own TTFT with `arrivals=\"poisson\"` "
          "(`co_design.perf.queueing.iteration_queue_wait`: the iteration in progress, the prompts ahead, the later "
          "arrivals that share the last iteration); the fluid M/D/1 is the queue of prefill work it replaced; the "
