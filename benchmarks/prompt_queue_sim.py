@@ -14,8 +14,9 @@ the queue's abstraction, not the model against hardware (that is ``validate_perf
 
 Cases: the MLPerf Server/Interactive rows at their published load (``validate_perf.at_load``), on each
 mapping that reaches it, and a grid of an 8B-shaped model on one H100 (prompts of 256-32768 tokens, 16-192
-requests in flight where its KV cache holds them: prompts from 0.03x to 4x the iteration's room). The decode
-batch is held at the steady state's (the requests in flight), so the simulation isolates the prompt queue.
+requests in flight where its KV cache holds them: prompts from 0.03x to 4x the iteration's room), and a
+70B-shaped one on 2 H100 per stage with 2 and 4 pipeline stages. The decode batch is held at the steady
+state's (the requests in flight), so the simulation isolates the prompt queue.
 
 Usage: python benchmarks/prompt_queue_sim.py [--requests 20000] [--out benchmarks/results]
 """
@@ -113,6 +114,7 @@ def simulate(arch: Architecture, gpu_name: str, p: Prediction, requests: int, se
 
 GRID_ISL = (256, 1024, 4096, 8192, 16384, 32768)
 GRID_CONCURRENCY = (16, 64, 192)
+PIPELINE_CASES = ((2, 1024, 64), (2, 8192, 32), (4, 2048, 128))  # (pp, ISL, requests in flight)
 
 
 def cases() -> list[tuple[str, Architecture, str, Prediction]]:
@@ -135,6 +137,12 @@ def cases() -> list[tuple[str, Architecture, str, Prediction]]:
             # queue the simulation leaves out
             if math.isfinite(p.ttft_s) and p.batch == concurrency:
                 out.append((f"8B-shaped H100 TP1, {isl}/256, {concurrency} in flight", small, "h100", p))
+    big = Architecture(hidden=8192, layers=80, heads=64, kv_heads=8, ffn=28672, vocab=128256, name="70B-shaped")
+    for pp, isl, concurrency in PIPELINE_CASES:  # rounds of pp micro-batch iterations
+        d = Deployment(weights="fp8", activations="fp8", tp=2, pp=pp, isl=isl, osl=256, arrivals="poisson",
+                       concurrency=concurrency)
+        out.append((f"70B-shaped H100 TP2 PP{pp}, {isl}/256, {concurrency} in flight", big, "h100",
+                    predict(big, "h100", d)))
     return out
 
 
