@@ -69,6 +69,8 @@ PARETO_COLUMNS = [
     "batch",
     "limited_by",
     "tokens_per_s_per_user_at_throughput",
+    "ttft_p99_ms_at_throughput",
+    "tpot_p99_ms_at_throughput",
     "interactive_deployment",
     "interactive_batch",
     "max_batch",
@@ -137,6 +139,9 @@ def trial_row(t: FrozenTrial, objectives: Sequence[str], *, pareto: bool) -> dic
         "batch": pred.get("batch"),
         "limited_by": "; ".join(a.get("limited_by") or []) or None,
         "tokens_per_s_per_user_at_throughput": pred.get("output_tokens_per_s_per_user"),
+        # what a p99 SLO (deployment.slo.max_ttft_p99_s / max_tpot_p99_s) bounds; NaN (empty) where not computed
+        "ttft_p99_ms_at_throughput": pred.get("ttft_p99_ms"),
+        "tpot_p99_ms_at_throughput": pred.get("tpot_p99_ms"),
         "interactive_deployment": a.get("interactive_deployment_label"),
         "interactive_batch": inter.get("batch"),
         "max_batch": runtime.get("max_batch"),

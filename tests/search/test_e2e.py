@@ -250,6 +250,21 @@ def test_perf_only_study_and_memory_constraint(tmp_path):
         run(compose_cfg(*base, "space.layers=[64,80]", "study_name=mem2"), run_dir=tmp_path / "run2")
 
 
+def test_the_front_records_the_p99s_a_poisson_slo_bounds(tmp_path):
+    res = run(compose_cfg("objectives=perf_only", "strategy=sample", "n_trials=3", "study_name=p99", "tracking=off",
+                          "plots=false", "quiet=true", "deployment.arrivals=poisson", "deployment.isl=2048",
+                          "deployment.osl=256", "deployment.slo.max_ttft_p99_s=0.5", "deployment.slo.max_tpot_p99_s=0.02"),
+              run_dir=tmp_path / "run")
+    with open(res.run_dir / "pareto.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert rows
+    for r in rows:
+        pred = res.study.trials[int(r["trial"])].user_attrs["prediction"]
+        assert float(r["ttft_p99_ms_at_throughput"]) == pytest.approx(pred["ttft_p99_ms"]) and pred["ttft_p99_ms"] <= 500
+        assert float(r["tpot_p99_ms_at_throughput"]) == pytest.approx(pred["tpot_p99_ms"]) and pred["tpot_p99_ms"] <= 20
+        assert pred["tpot_p99_ms"] > pred["tpot_ms"]  # random arrivals spread the requests' TPOTs
+
+
 def test_postgresql_storage(tmp_path, postgres_url):
     url = postgres_url
     name = f"co-design-test-{uuid.uuid4().hex[:12]}"
