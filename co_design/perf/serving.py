@@ -192,10 +192,12 @@ def _ttft(arch: "Architecture", gpu: GPU, dep: Deployment, a_dp: int, b: int, wi
             dep.pp * pf99_s + iterations99 * host + rt.first_token_overhead_s, pf_ops)
 
 
-def _idle_round(arch: "Architecture", gpu: GPU, dep: Deployment, b: int, context: float, host_s: float) -> float:
-    """Seconds of a round of decode-only iterations (one per pipeline stage's micro-batch of ``b / pp`` requests)
-    and the host's time: what an iteration takes when no prompt rides in it."""
-    return dep.pp * sum(step_time(arch, gpu, dep, decode=b / dep.pp, context=context, prefill_tokens=0.0,
+def _round_s(arch: "Architecture", gpu: GPU, dep: Deployment, b: int, context: float, host_s: float,
+             prompt_tokens: float = 0.0) -> float:
+    """Seconds of a round of iterations (one per pipeline stage's micro-batch of ``b / pp`` requests), each
+    carrying ``prompt_tokens`` of prompts beside its decode tokens, and the host's time; with none, what an
+    iteration takes when no prompt rides in it."""
+    return dep.pp * sum(step_time(arch, gpu, dep, decode=b / dep.pp, context=context, prefill_tokens=prompt_tokens,
                                   prefill_len=dep.isl).values()) + host_s
 
 
@@ -209,18 +211,12 @@ def _prompt_queue(arch: "Architecture", gpu: GPU, dep: Deployment, b: int, tpot_
     micro-batch) carries the ``b / pp`` decode tokens of each micro-batch and up to ``room = budget - b / pp``
     prompt tokens beside them (``max_num_tokens`` per attention-DP rank), so ``pp x room`` per round; it takes
     ``pp`` stage steps of that size plus the host's time, as a decode round does, from the decode-only round's
-    time with no prompt tokens (``idle_s``, :func:`_idle_round`) to the budget-full round's.
+    time with no prompt tokens (``idle_s``, :func:`_round_s`) to the budget-full round's.
     ``rho = lambda ISL / (pp room) x (full round)``; ``inf`` when no room is left."""
-    mb = b / dep.pp
-    room = budget - mb
+    room = budget - b / dep.pp
     if room < 1:
         return math.inf, math.inf, math.inf
-
-    def round_s(prompt_tokens: float) -> float:
-        return dep.pp * sum(step_time(arch, gpu, dep, decode=mb, context=context, prefill_tokens=prompt_tokens,
-                                      prefill_len=dep.isl).values()) + host_s
-
-    full = round_s(room)
+    full = _round_s(arch, gpu, dep, b, context, host_s, room)
     rate = b / (dep.osl * tpot_s)
     rho = rate * dep.isl / (dep.pp * room) * full
     if rho >= 1:
@@ -289,7 +285,7 @@ def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica
     if dep.arrivals == "poisson":
         # a request's TPOT is the decode-only iteration plus its share of the prompts admitted while it decodes:
         # Poisson with mean b (lambda x OSL x TPOT), so the prompt part of the mean TPOT scales with that count
-        idle = _idle_round(arch, gpu, dep, b, context, host_s)
+        idle = _round_s(arch, gpu, dep, b, context, host_s)
         tpot99 = max(tpot, idle + (tpot - idle) * poisson_quantile(b, 0.99) / b)
     per_user = 1.0 / tpot
     per_gpu = dep.replicas * b / tpot / dep.gpus
