@@ -75,7 +75,7 @@ import math
 import statistics
 
 __all__ = ["md1_mean_wait", "md1_wait_quantile", "md1_wait_variance", "gamma_quantile", "poisson_quantile",
-           "iteration_queue_wait"]
+           "iteration_queue_wait", "rank_prompt_load", "busy_ranks"]
 
 
 def _check(rho: float, service_s: float) -> None:
@@ -242,6 +242,134 @@ def poisson_quantile(mean: float, q: float) -> float:
     return float(k)
 
 
+def rank_prompt_load(mean_tokens: float, prompt_tokens: float, room_tokens: float, ranks: int) -> tuple[float, float]:
+    """``(p_none, busiest)`` of the prompt tokens ``ranks`` attention-DP ranks carry in one iteration when requests
+    arrive at random and each prompt runs on its request's rank: the probability that no rank carries any, and
+    the expected tokens on the busiest rank (tokens; 0 when none carries any).
+
+    Each rank carries ``mean_tokens`` on average, independently of the others. A prompt longer than a rank's
+    ``room_tokens`` runs as chunks of that room, so a rank carries a full chunk with probability
+    ``u = mean / room`` and nothing otherwise: ``p_none = (1 - u)^ranks``, ``busiest = room (1 - (1 - u)^ranks)``.
+    Shorter prompts ride whole, a Poisson count of mean ``mean / prompt`` per rank, at most as many as the room
+    holds: ``p_none = exp(-ranks mean / prompt)``, ``busiest = prompt sum_k (1 - F(k - 1)^ranks)`` over the counts
+    ``k`` the room holds, ``F`` the count's CDF. Spread evenly the busiest rank would carry ``mean_tokens``;
+    arriving at random it carries up to ``ranks`` times that."""
+    if ranks < 1 or not mean_tokens >= 0 or not prompt_tokens > 0 or not room_tokens > 0:
+        raise ValueError(f"ranks={ranks} must be >= 1, mean_tokens={mean_tokens} >= 0, prompt_tokens={prompt_tokens} "
+                         f"and room_tokens={room_tokens} > 0")
+    if mean_tokens == 0:
+        return 1.0, 0.0
+    if prompt_tokens >= room_tokens:
+        u = min(1.0, mean_tokens / room_tokens)
+        return (1.0 - u) ** ranks, room_tokens * (1.0 - (1.0 - u) ** ranks)
+    mu = mean_tokens / prompt_tokens  # prompts per rank per iteration
+    fits = max(1, int(room_tokens // prompt_tokens))
+    busiest, pmf, cdf = 0.0, math.exp(-mu), 0.0
+    for k in range(1, fits + 1):  # P(busiest >= k prompts) = 1 - F(k - 1)^ranks
+        cdf += pmf
+        if cdf >= 1.0 - 1e-15:
+            break
+        busiest += 1.0 - cdf ** ranks
+        pmf *= mu / k
+    return math.exp(-ranks * mu), prompt_tokens * busiest
+
+
+def _stationary(rows: list[list[float]]) -> list[float]:
+    """Stationary distribution of a finite Markov chain from its transition rows, by Gaussian elimination on
+    ``pi (P - I) = 0`` with ``sum(pi) = 1`` replacing the last equation."""
+    n = len(rows)
+    a = [[rows[j][i] - (1.0 if i == j else 0.0) for j in range(n)] + [0.0] for i in range(n)]
+    a[-1] = [1.0] * n + [1.0]
+    for c in range(n):
+        r = max(range(c, n), key=lambda i: abs(a[i][c]))
+        a[c], a[r] = a[r], a[c]
+        piv = a[c][c]
+        for i in range(c + 1, n):
+            f = a[i][c] / piv
+            if f:
+                ai, ac = a[i], a[c]
+                for j in range(c, n + 1):
+                    ai[j] -= f * ac[j]
+    x = [0.0] * n
+    for i in range(n - 1, -1, -1):
+        x[i] = (a[i][n] - sum(a[i][j] * x[j] for j in range(i + 1, n))) / a[i][i]
+    x = [max(0.0, v) for v in x]
+    total = sum(x)
+    return [v / total for v in x]
+
+
+def busy_ranks(ranks: int, idle_s: float, one_s: float, all_s: float, prompts_per_iteration: float,
+               iterations_per_prompt: float) -> tuple[list[float], float]:
+    """``(pi, lambda)``: the stationary distribution ``pi[B]`` of the number ``B`` of attention-DP ranks that carry a full chunk of a
+    long prompt in an iteration, when prompts arrive at random (Poisson), each on a random rank, and keep it
+    busy ``iterations_per_prompt`` (>= 1) iterations' worth of its room.
+
+    An iteration with ``B`` busy ranks lasts ``T(B)``: ``idle_s`` with none, ``one_s`` with one, rising linearly
+    to ``all_s`` with all (each busy rank's chunk rides through the experts; the busiest rank's attention, one
+    chunk, paces the rest). Prompts arrive in proportion to time, so a long iteration lets more of them in: the
+    next iteration's busy ranks are the ones still busy (each continues with probability ``1 - 1 / d``, ``d`` =
+    ``iterations_per_prompt``) plus a Poisson count of mean ``lambda T(B)`` new ones, at most ``ranks``. The
+    rate ``lambda`` is the one at which ``prompts_per_iteration`` arrive per iteration on average
+    (``lambda E[T] = m``, prompts per second), found by regula falsi, ``lambda E[T]`` rising with ``lambda``. That feedback is why busy
+    ranks cluster: independent ranks would each be busy a share ``m d / ranks`` of iterations; a long iteration
+    admits many prompts at once (``benchmarks/prompt_queue_sim.py`` simulates the scheduler the chain stands
+    for). States beyond 12 standard deviations above the fluid mean busy count ``m d`` are dropped (their mass
+    folds into the last)."""
+    if ranks < 1 or not iterations_per_prompt >= 1 or not prompts_per_iteration >= 0:
+        raise ValueError(f"ranks={ranks} must be >= 1, iterations_per_prompt={iterations_per_prompt} >= 1 and "
+                         f"prompts_per_iteration={prompts_per_iteration} >= 0")
+    if prompts_per_iteration == 0:
+        return [1.0] + [0.0] * ranks, 0.0
+    fluid = prompts_per_iteration * iterations_per_prompt
+    top = min(ranks, math.ceil(fluid + 12 * math.sqrt(fluid) + 12))
+    slope = (all_s - one_s) / (ranks - 1) if ranks > 1 else 0.0
+    t = [idle_s] + [one_s + (b - 1) * slope for b in range(1, top + 1)]
+    stay = 1.0 - 1.0 / iterations_per_prompt
+    keep = [[math.comb(b, j) * stay ** j * (1 - stay) ** (b - j) for j in range(b + 1)] for b in range(top + 1)]
+
+    def chain(lam: float) -> list[float]:
+        rows = []
+        for b in range(top + 1):
+            mean = lam * t[b]
+            pois = [math.exp(-mean)]
+            for k in range(1, top + 1):
+                pois.append(pois[-1] * mean / k)
+            row = [0.0] * (top + 1)
+            for j, pj in enumerate(keep[b]):
+                for k in range(top - j):
+                    row[j + k] += pj * pois[k]
+                row[top] += pj * max(0.0, 1.0 - sum(pois[:top - j]))
+            rows.append(row)
+        return _stationary(rows)
+
+    def excess(lam: float) -> tuple[float, list[float]]:
+        pi = chain(lam)
+        return lam * sum(p * x for p, x in zip(pi, t)) - prompts_per_iteration, pi
+
+    # regula falsi (Illinois) on lambda E[T] - m, which rises with lambda: below 0 at 0, at or above 0 where the
+    # iterations would all be decode-only (lambda E[T] >= lambda idle_s)
+    lo, hi = 0.0, prompts_per_iteration / idle_s
+    f_lo, (f_hi, pi) = -prompts_per_iteration, excess(hi)
+    side = 0
+    for _ in range(60):
+        lam = (lo * f_hi - hi * f_lo) / (f_hi - f_lo)
+        f, trial = excess(lam)
+        if f > 0:
+            hi, f_hi, pi = lam, f, trial
+            if side == 1:
+                f_lo /= 2
+            side = 1
+        else:
+            lo, f_lo = lam, f
+            if side == -1:
+                f_hi /= 2
+            side = -1
+        if abs(f) <= 1e-9 * prompts_per_iteration or hi - lo <= 1e-9 * hi:
+            pi = trial
+            break
+    return pi + [0.0] * (ranks - top), lam
+
+
 def _shared_room(mean_arrivals: float, prompt_tokens: float, free_tokens: float) -> tuple[float, float]:
     """First two moments (tokens, tokens squared) of ``min(prompt_tokens x N, free_tokens)``, N Poisson with this
     mean: the later prompts' tokens that fit in the room a prompt's last iteration has left."""
@@ -258,14 +386,19 @@ def _shared_room(mean_arrivals: float, prompt_tokens: float, free_tokens: float)
 
 
 def iteration_queue_wait(arrival_rate: float, prompt_tokens: float, room_tokens: float, idle_iteration_s: float,
-                         full_iteration_s: float, q: float = 0.99) -> tuple[float, float]:
+                         full_iteration_s: float, q: float = 0.99,
+                         outside: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float]:
     """Mean and ``q`` quantile (seconds) of a prompt's wait in an iteration-level queue (see the module docstring):
     Poisson arrivals at ``arrival_rate`` prompts per second, each ``prompt_tokens`` long; an iteration carries up
     to ``room_tokens`` prompt tokens and takes ``idle_iteration_s`` with none, ``full_iteration_s`` with
     ``room_tokens``, linear between. The wait is what the prompt's first token comes later than if it had
     arrived at an iteration's end to an empty queue. ``(inf, inf)`` when prompts arrive faster than full
-    iterations clear them."""
+    iterations clear them. ``outside``: the variance (s^2) and third central moment (s^3) that iteration lengths
+    have from outside the queue (attention-DP: the other ranks' prompts), independent of it, ``idle_iteration_s``
+    being their mean with none of this queue's prompts: an arrival lands in a length-biased iteration, so a
+    spread lengthens the rest of the iteration in progress."""
     lam, n, room, t0, tf = arrival_rate, prompt_tokens, room_tokens, idle_iteration_s, full_iteration_s
+    v, skew = outside
     if not (lam >= 0 and n > 0 and room > 0 and 0 <= t0 <= tf and tf > 0):
         raise ValueError(f"need arrival_rate >= 0, prompt_tokens > 0, room_tokens > 0 and 0 <= idle_iteration_s <= "
                          f"full_iteration_s, full_iteration_s > 0; got {lam}, {n}, {room}, {t0}, {tf}")
@@ -281,12 +414,19 @@ def iteration_queue_wait(arrival_rate: float, prompt_tokens: float, room_tokens:
     m2 = (t0 ** 2 + 2 * t0 * la * m1 + a * la * m1) / (1 - la * la)
     m3 = (t0 ** 3 + 3 * t0 ** 2 * la * m1 + 3 * t0 * a * (la * m1 + la * lam * m2)
           + a * a * (3 * la * lam * m2 + la * m1)) / (1 - la ** 3)
+    if v:  # plus an independent part X of mean 0: E[(T + X)^2] = E[T^2] + v, E[(T + X)^3] = E[T^3] + 3 E[T] v + skew
+        m2, m3 = m2 + v, m3 + 3 * m1 * v + skew
     tau1, tau2 = (m2 / m1, m3 / m1) if m1 > 0 else (0.0, 0.0)  # the length-biased iteration an arrival lands in
     batched = tau1 / 2 * (1 + la)  # U tau + a Poisson(lam U tau)
     batched_var = tau2 / 3 * (1 + 2 * la + la * la) + a * la * tau1 / 2 - batched ** 2
     # (b) queued, M/D/1 behind the in-progress and earlier prompts plus the rest of a decode-only iteration
-    queued = md1_mean_wait(rho, service) + t0 / 2
-    queued_var = md1_wait_variance(rho, service) + t0 * t0 / 12
+    # the rest of a length-biased decode-only iteration: E[T^2] / (2 E[T]), E[T^3] / (3 E[T]) its second moment
+    rest, rest_var = t0 / 2, t0 * t0 / 12  # uniform over T0 when v = 0
+    if v and t0 > 0:
+        rest = (t0 * t0 + v) / (2 * t0)
+        rest_var = (t0 ** 3 + 3 * t0 * v + skew) / (3 * t0) - rest * rest
+    queued = md1_mean_wait(rho, service) + rest
+    queued_var = md1_wait_variance(rho, service) + rest_var
     # the later prompts that share its last iteration: those arrived before it starts (during the wait ahead and
     # the prompt's own full chunks), in the room its last chunk leaves
     chunks = math.ceil(n / room)

@@ -1,6 +1,7 @@
 """M/D/1 waits against a simulated queue (Lindley's recursion) and, in the heavy-load tail, Erlang's exact
 distribution."""
 
+import itertools
 import math
 import random
 
@@ -9,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 import pytest
 
-from co_design.perf.queueing import (gamma_quantile, iteration_queue_wait, md1_mean_wait, md1_wait_quantile,
-                                    md1_wait_variance, poisson_quantile)
+from co_design.perf.queueing import (busy_ranks, gamma_quantile, iteration_queue_wait, md1_mean_wait,
+                                    md1_wait_quantile, md1_wait_variance, poisson_quantile, rank_prompt_load)
 
 
 def simulated_waits(rho: float, s: float, n: int, seed: int) -> list[float]:
@@ -167,3 +168,72 @@ def test_poisson_quantile_beyond_700_is_the_gamma_law_s_within_a_count():
         assert abs(poisson_quantile(mean, 0.99) - exact_poisson_quantile(mean, 0.99)) <= 1.0
     with pytest.raises(ValueError, match=r"mean must be >= 0, got -1"):
         poisson_quantile(-1.0, 0.5)
+
+
+def test_rank_prompt_load_of_short_prompts_is_the_max_of_capped_poisson_counts():
+    # each of 4 ranks takes a Poisson(0.6) count of 1000-token prompts, at most 3 (its 3500-token room): the
+    # busiest rank's expected tokens by enumerating every rank's count against the closed form
+    mu, ranks, cap = 0.6, 4, 3
+    pmf = [math.exp(-mu) * mu ** k / math.factorial(k) for k in range(cap)]
+    pmf.append(1 - sum(pmf))  # a count above the cap rides as the cap
+    expected = 0.0
+    for counts in itertools.product(range(cap + 1), repeat=ranks):  # every rank's count, 4^4 cases
+        expected += math.prod(pmf[c] for c in counts) * max(counts) * 1000
+    p_none, busiest = rank_prompt_load(600, 1000, 3500, ranks)
+    assert busiest == pytest.approx(expected, rel=1e-12)
+    assert p_none == pytest.approx(math.exp(-ranks * mu), rel=1e-12)
+    # one rank: the busiest is the rank, its mean (less what the cap turns away, under 2e-2 here)
+    assert rank_prompt_load(600, 1000, 3500, 1)[1] == pytest.approx(600, rel=2e-2)
+    assert rank_prompt_load(0, 1000, 3500, 8) == (1.0, 0.0)
+
+
+def test_rank_prompt_load_of_long_prompts_is_one_chunk_on_any_busy_rank():
+    # prompts longer than the room: a rank carries a full chunk with probability mean / room
+    p_none, busiest = rank_prompt_load(1000, 8192, 8000, 8)
+    u = 1000 / 8000
+    assert p_none == pytest.approx((1 - u) ** 8) and busiest == pytest.approx(8000 * (1 - (1 - u) ** 8))
+    assert 1000 < busiest < 8 * 1000  # above the even spread, below every rank's tokens on one
+    with pytest.raises(ValueError, match="ranks=0"):
+        rank_prompt_load(1000, 8192, 8000, 0)
+
+
+def test_busy_ranks_keeps_the_work_and_without_feedback_is_a_capped_poisson():
+    # every iteration as long as any other: arrivals do not depend on the state, and prompts of one iteration
+    # each (stay 0) make the busy count Poisson(m), its tail folded into the last state
+    pi, lam = busy_ranks(8, 0.05, 0.05, 0.05, 1.5, 1.0)
+    pois = [math.exp(-1.5) * 1.5 ** k / math.factorial(k) for k in range(8)]
+    assert pi[:8] == pytest.approx(pois, abs=1e-9) and pi[8] == pytest.approx(1 - sum(pois), abs=1e-9)
+    assert lam == pytest.approx(1.5 / 0.05, rel=1e-6)
+    # the work is kept: E[B] = m d (prompts per iteration x iterations each), away from the cap
+    for m, d in ((0.3, 1.0), (1.0, 1.5), (0.5, 3.0)):
+        pi, lam = busy_ranks(16, 0.03, 0.25, 1.2, m, d)
+        assert sum(b * p for b, p in enumerate(pi)) == pytest.approx(m * d, rel=1e-3)
+        t = [0.03] + [0.25 + (b - 1) * (1.2 - 0.25) / 15 for b in range(1, 17)]
+        assert lam * sum(p * x for p, x in zip(pi, t)) == pytest.approx(m, rel=1e-6)  # prompts per iteration
+
+
+def test_busy_ranks_cluster_when_busy_iterations_are_long():
+    # long busy iterations let more prompts in at once: at the same mean the ranks are all idle more often, and
+    # busy ones meet more busy others, than independent ranks would
+    pi, _ = busy_ranks(8, 0.03, 0.3, 0.9, 0.8, 1.0)
+    flat, _ = busy_ranks(8, 0.3, 0.3, 0.3, 0.8, 1.0)
+    assert pi[0] > flat[0] + 0.05
+    mean = sum(b * p for b, p in enumerate(pi))
+    mean_flat = sum(b * p for b, p in enumerate(flat))
+    assert mean == pytest.approx(mean_flat, rel=1e-3)
+    assert sum(b * b * p for b, p in enumerate(pi)) > sum(b * b * p for b, p in enumerate(flat)) * 1.2
+
+
+def test_iteration_queue_wait_with_iterations_spread_from_outside():
+    # iterations 0.05 s on average without this queue's prompts, from other ranks' prompts: 30 % of them
+    # `gap` seconds longer than the rest, a two-point spread (variance, third central moment)
+    base = iteration_queue_wait(2.0, 4000, 8000, 0.05, 0.4)
+    assert iteration_queue_wait(2.0, 4000, 8000, 0.05, 0.4, 0.99, (0.0, 0.0)) == base  # none: the same figures
+    waits = [base]
+    for gap in (0.01, 0.03, 0.1):
+        p = 0.3
+        spread = (p * (1 - p) * gap ** 2, p * (1 - p) * (1 - 2 * p) * gap ** 3)
+        waits.append(iteration_queue_wait(2.0, 4000, 8000, 0.05, 0.4, 0.99, spread))
+    # the iteration in progress is longer when iterations vary: mean and p99 rise with the spread
+    assert all(a[0] < b[0] and a[1] < b[1] for a, b in zip(waits, waits[1:]))
+
