@@ -16,9 +16,9 @@ Cases: the MLPerf Server/Interactive rows at their published load (``validate_pe
 mapping that reaches it, and a grid of an 8B-shaped model on one H100 (prompts of 256-32768 tokens, 16-192
 requests in flight where its KV cache holds them: prompts from 0.03x to 4x the iteration's room), and a
 70B-shaped one on 2 H100 per stage with 2 and 4 pipeline stages. The decode batch is held at the steady
-state's (the requests in flight), so the simulation isolates the prompt queue. A last set runs a
-DeepSeek-V3-shaped MoE under attention-DP (DEP8 on B200), where each rank queues its own prompts
-(``simulate_queue(ranks=...)``), against the closed form ``predict`` uses and a per-rank variant.
+state's (the requests in flight), so the simulation isolates the prompt queue. A last set runs
+DeepSeek-V3- and Qwen3-235B-shaped MoEs under attention-DP (DEP4 and DEP8 on B200 and H200), where each
+rank takes its own prompts (``simulate_queue(ranks=...)``), at the load at which the simulation is self-consistent.
 
 Usage: python benchmarks/prompt_queue_sim.py [--requests 20000] [--out benchmarks/results]
 """
@@ -47,13 +47,14 @@ from co_design.perf.queueing import iteration_queue_wait, md1_mean_wait, md1_wai
 
 
 def simulate_queue(rate: float, isl: int, room: float, iteration_s: Callable[[int, int], float], requests: int,
-                   seed: int = 1, ranks: int = 1) -> list[float]:
+                   seed: int = 1, ranks: int = 1, stats: dict[str, float] | None = None) -> list[float]:
     """Waits (seconds) of ``requests`` Poisson arrivals (``rate`` per second) of ``isl``-token prompts through an
     iteration-level first-come-first-served chunked-prefill scheduler whose iteration with ``x`` prompt tokens,
     ``y`` of them on the busiest rank, takes ``iteration_s(x, y)`` seconds: each TTFT less the prompt's own
     iterations from an iteration's end with nothing ahead of it. ``ranks`` attention-DP ranks: each arrival goes
     to a rank drawn at random, and each rank fills its own ``room`` per iteration from its own queue; the
-    iteration, shared by all ranks, carries every rank's tokens."""
+    iteration, shared by all ranks, carries every rank's tokens. ``stats``, when given, receives the mean
+    iteration length (``mean_iteration_s``)."""
     cache: dict[tuple[int, int], float] = {}
 
     def length(tokens: float, busiest: float) -> float:
@@ -71,7 +72,7 @@ def simulate_queue(rate: float, isl: int, room: float, iteration_s: Callable[[in
         arrivals.append((t, rng.randrange(ranks) if ranks > 1 else 0))
     queues: list[list[list[float]]] = [[] for _ in range(ranks)]  # per rank: [arrival, prompt tokens left]
     waits: list[float] = []
-    clock, nxt = 0.0, 0
+    clock, nxt, iterations = 0.0, 0, 0
     while len(waits) < requests:
         while nxt < requests and arrivals[nxt][0] <= clock:
             queues[arrivals[nxt][1]].append([arrivals[nxt][0], float(isl)])
@@ -79,6 +80,7 @@ def simulate_queue(rate: float, isl: int, room: float, iteration_s: Callable[[in
         if not any(queues):  # decode-only iterations until the next arrival (it joins at an iteration's end)
             while clock < arrivals[nxt][0]:
                 clock += length(0, 0)
+                iterations += 1
             continue
         fills, done = [], []
         for queue in queues:
@@ -93,9 +95,12 @@ def simulate_queue(rate: float, isl: int, room: float, iteration_s: Callable[[in
             fills.append(fill)
             done.append(finished)
         clock += length(sum(fills), max(fills))
+        iterations += 1
         for queue, finished in zip(queues, done):
             waits += [clock - q[0] - alone for q in queue[:finished]]
             del queue[:finished]
+    if stats is not None:
+        stats["mean_iteration_s"] = clock / iterations
     return waits
 
 
@@ -117,10 +122,11 @@ def queue_of(arch: Architecture, gpu_name: str, p: Prediction) -> tuple[float, f
     return b / (d.osl * p.tpot_s), d.pp * (rt.max_num_tokens - b / d.pp / a_dp), a_dp, iteration_s
 
 
-def simulate(arch: Architecture, gpu_name: str, p: Prediction, requests: int, seed: int = 1) -> list[float]:
+def simulate(arch: Architecture, gpu_name: str, p: Prediction, requests: int, seed: int = 1,
+             stats: dict[str, float] | None = None) -> list[float]:
     """:func:`simulate_queue` of ``p``'s replica (:func:`queue_of`) at the closed form's rate."""
     rate, room, ranks, iteration_s = queue_of(arch, gpu_name, p)
-    return simulate_queue(rate, p.deployment.isl, room, iteration_s, requests, seed, ranks)
+    return simulate_queue(rate, p.deployment.isl, room, iteration_s, requests, seed, ranks, stats)
 
 
 GRID_ISL = (256, 1024, 4096, 8192, 16384, 32768)
@@ -157,34 +163,71 @@ def cases() -> list[tuple[str, Architecture, str, Prediction]]:
     return out
 
 
-ADP_CASES = ((1024, 256), (1024, 1024), (1024, 2048), (8192, 256), (8192, 1024))  # (ISL, requests in flight)
+# (model, GPU, attention-DP ranks = EP ranks, weights, ISL, requests in flight); OSL 1024
+ADP_CASES = (("DeepSeek-V3", "b200", 8, "nvfp4", 256, 1024), ("DeepSeek-V3", "b200", 8, "nvfp4", 1024, 256),
+             ("DeepSeek-V3", "b200", 8, "nvfp4", 1024, 1024), ("DeepSeek-V3", "b200", 8, "nvfp4", 1024, 2048),
+             ("DeepSeek-V3", "b200", 8, "nvfp4", 4096, 512), ("DeepSeek-V3", "b200", 8, "nvfp4", 4096, 1024),
+             ("DeepSeek-V3", "b200", 8, "nvfp4", 8192, 256), ("DeepSeek-V3", "b200", 8, "nvfp4", 8192, 1024),
+             ("DeepSeek-V3", "b200", 8, "nvfp4", 16384, 256), ("DeepSeek-V3", "b200", 4, "nvfp4", 1024, 512),
+             ("DeepSeek-V3", "b200", 4, "nvfp4", 8192, 256), ("Qwen3-235B-A22B", "h200", 8, "fp8", 1024, 1024),
+             ("Qwen3-235B-A22B", "h200", 8, "fp8", 8192, 512))
 
 
 def attention_dp_cases() -> list[tuple[str, Architecture, str, Prediction]]:
-    """A DeepSeek-V3-shaped MoE (MLA, 256 experts, top-8) on 8 B200 as TP8 EP8 with attention-DP (DEP8), NVFP4,
-    1024- and 8192-token prompts (OSL 1024) at 256-2048 requests in flight, Poisson arrivals."""
-    # DeepSeek-V3's shape (its Hugging Face config.json)
-    arch = Architecture(hidden=7168, layers=61, heads=128, ffn=18432, vocab=129280, experts=256, experts_per_token=8,
-                        shared_experts=1, expert_ffn=2048, shared_expert_ffn=2048, dense_layers=3,
-                        mla=MLA(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
-                                q_lora_rank=1536), name="DeepSeek-V3-shaped")
+    """MoE models under attention-DP with expert parallelism over the same ranks (DEP), Poisson arrivals:
+    ``ADP_CASES``, DeepSeek-V3's and Qwen3-235B-A22B's shapes (their Hugging Face config.json files)."""
+    shapes = {
+        "DeepSeek-V3": Architecture(
+            hidden=7168, layers=61, heads=128, ffn=18432, vocab=129280, experts=256, experts_per_token=8,
+            shared_experts=1, expert_ffn=2048, shared_expert_ffn=2048, dense_layers=3,
+            mla=MLA(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, q_lora_rank=1536),
+            name="DeepSeek-V3-shaped"),
+        "Qwen3-235B-A22B": Architecture(
+            hidden=4096, layers=94, heads=64, kv_heads=4, head_dim=128, ffn=12288, vocab=151936, experts=128,
+            experts_per_token=8, expert_ffn=1536, name="Qwen3-235B-A22B-shaped")}
     out = []
-    for isl, concurrency in ADP_CASES:
-        d = Deployment(tp=8, ep=8, attention_dp=True, weights="nvfp4", activations="nvfp4", kv_cache="fp8", isl=isl,
-                       osl=1024, arrivals="poisson", concurrency=concurrency)
-        p = predict(arch, "b200", d)
+    for model, gpu, ranks, weights, isl, concurrency in ADP_CASES:
+        arch = shapes[model]
+        d = Deployment(tp=ranks, ep=ranks, attention_dp=True, weights=weights, activations=weights, kv_cache="fp8",
+                       isl=isl, osl=1024, arrivals="poisson", concurrency=concurrency)
+        p = predict(arch, gpu, d)
         if math.isfinite(p.ttft_s) and p.batch == concurrency:
-            out.append((f"DeepSeek-V3-shaped B200 DEP8, {isl}/1024, {concurrency} in flight", arch, "b200", p))
+            out.append((f"{arch.name} {gpu.upper()} {d.label}, {isl}/1024, {concurrency} in flight", arch, gpu, p))
     return out
 
 
-def per_rank_wait(arch: Architecture, gpu_name: str, p: Prediction) -> tuple[float, float]:
-    """Mean and p99 wait (seconds) of the closed form run as one queue per attention-DP rank, each with its share
-    of the arrivals and of the room, its iterations as long as when every rank's room is full (a rank's iteration
-    is that long only when the other ranks are full too, so this over-states long waits)."""
+def pooled_wait(arch: Architecture, gpu_name: str, p: Prediction) -> tuple[float, float]:
+    """Mean and p99 wait (seconds) of the closed form as ``predict`` ran it under attention-DP before it kept a queue
+    per rank: one queue over every rank's room at the replica's rate, iterations from decode-only to every rank
+    full."""
     rate, room, ranks, iteration_s = queue_of(arch, gpu_name, p)
     full = iteration_s(round(room * ranks), round(room))
-    return iteration_queue_wait(rate / ranks, p.deployment.isl, room, iteration_s(0, 0), full, 0.99)
+    return iteration_queue_wait(rate, p.deployment.isl, room * ranks, iteration_s(0, 0), full, 0.99)
+
+
+def self_consistent(arch: Architecture, gpu_name: str, p: Prediction, requests: int, seed: int = 1,
+                    steps: int = 14) -> tuple[float, float, list[float]]:
+    """``(rate, mean iteration seconds, waits)`` of the simulated scheduler at its own steady state: the Poisson
+    rate at which the replica's requests in flight, each emitting one token per iteration, finish as fast as they
+    arrive (``rate = b / (OSL x E[T])``, ``E[T]`` the simulated mean iteration), found by bisection."""
+    _, room, ranks, iteration_s = queue_of(arch, gpu_name, p)
+    d = p.deployment
+    b = p.batch / d.replicas
+
+    def run(rate: float) -> tuple[float, list[float]]:
+        stats: dict[str, float] = {}
+        waits = simulate_queue(rate, d.isl, room, iteration_s, requests, seed, ranks, stats)
+        return stats["mean_iteration_s"], waits
+
+    lo, hi = 0.0, b / (d.osl * iteration_s(0, 0))  # at hi the iterations would have to be decode-only
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        if mid * d.osl * run(mid)[0] > b:
+            hi = mid
+        else:
+            lo = mid
+    rate = (lo + hi) / 2
+    return (rate, *run(rate))
 
 
 def fluid_wait(arch: Architecture, gpu_name: str, p: Prediction) -> tuple[float, float]:
@@ -286,35 +329,45 @@ def main(argv: list[str] | None = None) -> int:
           f"{g['p99_ratio']:.2f} |" for g in worst]
     adp = []
     for name, arch, gpu, p in attention_dp_cases():
-        steady = predict(arch, gpu, p.deployment.replace(arrivals="steady"))
-        waits = sorted(simulate(arch, gpu, p, args.requests))
-        upper = per_rank_wait(arch, gpu, p)
-        adp.append({"case": name, "closed_form_wait_ms": {"mean": (p.ttft_s - steady.ttft_s) * 1e3,
-                                                          "p99": (p.ttft_p99_s - steady.ttft_s) * 1e3},
-                    "per_rank_full_wait_ms": {"mean": upper[0] * 1e3, "p99": upper[1] * 1e3},
+        even = predict(arch, gpu, p.deployment.replace(arrivals="steady"))  # prompts spread evenly over the ranks
+        before = pooled_wait(arch, gpu, even)  # at the rate the even spread's TPOT gives
+        rate, mean_iteration, waits = self_consistent(arch, gpu, p, args.requests)
+        waits.sort()
+        adp.append({"case": name, "tpot_ms": {"predicted": p.tpot_s * 1e3, "even_spread": even.tpot_s * 1e3,
+                                              "simulated": mean_iteration * 1e3},
+                    "rate_per_s": {"predicted": p.batch / (p.deployment.osl * p.tpot_s), "simulated": rate},
+                    "closed_form_wait_ms": {"mean": (p.ttft_s - even.ttft_s) * 1e3,
+                                            "p99": (p.ttft_p99_s - even.ttft_s) * 1e3},
+                    "pooled_wait_ms": {"mean": before[0] * 1e3, "p99": before[1] * 1e3},
                     "simulated_wait_ms": {"mean": statistics.fmean(waits) * 1e3,
                                           "p99": waits[int(0.99 * len(waits))] * 1e3}})
     adp_ratio = {(form, stat): [it[form][stat] / it["simulated_wait_ms"][stat] for it in adp]
-                 for form in ("closed_form_wait_ms", "per_rank_full_wait_ms") for stat in ("mean", "p99")}
-    L += ["", "## Attention-DP: one queue per rank", "",
+                 for form in ("closed_form_wait_ms", "pooled_wait_ms") for stat in ("mean", "p99")}
+    tpot_ratio = {form: [it["tpot_ms"][form] / it["tpot_ms"]["simulated"] for it in adp]
+                  for form in ("predicted", "even_spread")}
+    L += ["", "## Attention-DP: prompts on random ranks", "",
           "Under attention-DP a request's prompt runs on the rank that holds the request, each rank fills its own "
           "`max_num_tokens` from its own queue, and an iteration, shared by all ranks, lasts as long as its "
           "prompt tokens make it (the busiest rank's attention, every rank's tokens through the experts). The "
-          "simulation sends each arrival to a rank drawn at random; `predict`'s closed form pools every rank's "
-          "room into one queue, as if a prompt could spread over the ranks. The per-rank column runs the closed "
-          "form as one queue per rank with iterations as long as when every rank is full. Closed form / simulated: "
-          f"mean {_range(adp_ratio['closed_form_wait_ms', 'mean'])}, p99 "
-          f"{_range(adp_ratio['closed_form_wait_ms', 'p99'])}: `predict` under-states the wait under "
-          "attention-DP, most for long prompts. Per rank, all full / simulated: mean "
-          f"{_range(adp_ratio['per_rank_full_wait_ms', 'mean'])}, p99 "
-          f"{_range(adp_ratio['per_rank_full_wait_ms', 'p99'])}. Not yet fixed: the simulated wait lies between "
-          "the two (but for one mean), and a closed form for iterations set by the busiest rank is still to be "
-          "found.", "",
-          "| case | wait mean ms (closed / per rank, all full / simulated) | wait p99 ms (closed / per rank, all "
-          "full / simulated) |", "|---|---:|---:|"]
+          "simulation sends each arrival to a rank drawn at random, at the rate at which its own mean iteration "
+          "keeps the requests in flight finishing as fast as they arrive (`self_consistent`). `predict` "
+          "(`arrivals=\"poisson\"`) places prompts the same way in closed form "
+          "(`co_design.perf.queueing.rank_prompt_load`): the steady state's iterations with the busiest rank's "
+          "expected prompt, a queue per rank, and the prompt's own iterations beside the other ranks' prompts. "
+          "Before, it spread every prompt evenly over the ranks (as `arrivals=\"steady\"` still does: the "
+          "fixed-length benchmark runs keep the ranks in step) and pooled the ranks' room into one queue. "
+          f"TPOT predicted / simulated: {_range(tpot_ratio['predicted'])} (spread evenly: "
+          f"{_range(tpot_ratio['even_spread'])}). Wait, closed form / simulated: mean "
+          f"{_range(adp_ratio['closed_form_wait_ms', 'mean'])}, p99 {_range(adp_ratio['closed_form_wait_ms', 'p99'])} "
+          f"(pooled: mean {_range(adp_ratio['pooled_wait_ms', 'mean'])}, p99 "
+          f"{_range(adp_ratio['pooled_wait_ms', 'p99'])}). The wait counts from arrival to first token, less the "
+          "prompt's own iterations with no other prompt beside it.", "",
+          "| case | TPOT ms (predicted / spread evenly / simulated) | wait mean ms (closed / pooled / simulated) "
+          "| wait p99 ms (closed / pooled / simulated) |", "|---|---:|---:|---:|"]
     for it in adp:
-        c, u, s = it["closed_form_wait_ms"], it["per_rank_full_wait_ms"], it["simulated_wait_ms"]
-        L.append(f"| {it['case']} | {c['mean']:,.1f} / {u['mean']:,.1f} / {s['mean']:,.1f} | "
+        t, c, u, s = it["tpot_ms"], it["closed_form_wait_ms"], it["pooled_wait_ms"], it["simulated_wait_ms"]
+        L.append(f"| {it['case']} | {t['predicted']:,.1f} / {t['even_spread']:,.1f} / {t['simulated']:,.1f} | "
+                 f"{c['mean']:,.1f} / {u['mean']:,.1f} / {s['mean']:,.1f} | "
                  f"{c['p99']:,.1f} / {u['p99']:,.1f} / {s['p99']:,.1f} |")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -44,8 +44,15 @@ micro-batches in flight.
   ``Prediction.tpot_p99_s`` takes that count's 99th percentile (the p99 over requests of their mean
   TPOT, as MLPerf limits it; steady and burst arrivals give every request the mean). MLPerf Server
   publishes that spread, p99 / mean TPOT 1.06-1.30, which the model puts at 1.05-1.28
-  (``validate_perf.py --mlperf-latency``). Steady arrivals do not queue behind one another
-  (``benchmarks/results/ttft_load.md`` measures steady and burst against published rows).
+  (``validate_perf.py --mlperf-latency``). Under attention-DP a prompt runs on its request's rank, and
+  random arrivals land on random ranks (:func:`_placement`): an iteration's busiest rank paces it, so the
+  steady state's prompt iterations carry the busiest rank's expected prompt rather than an even share;
+  each rank queues its own prompts, and a prompt's own iterations carry the other ranks' prompts too
+  (``benchmarks/prompt_queue_sim.py``: TPOT 0.94-1.14x and mean wait 0.76-1.16x of a self-consistent
+  simulation of that scheduler, where an even spread gave 0.65-1.00x and a pooled queue 0.33-0.90x).
+  Steady arrivals keep the even spread (fixed-length benchmark runs keep the ranks in step) and do not
+  queue behind one another (``benchmarks/results/ttft_load.md`` measures steady and burst against
+  published rows).
 * More requests than a replica holds (its KV cache at ISL+OSL, ``Runtime.max_batch``):
   :func:`predict` runs what fits and the rest wait for a slot; TTFT adds the wait, by
   Little's law (:func:`_queued`).
@@ -62,8 +69,8 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 from co_design.hardware import GPU, PRECISION_FIELDS, check_precision, get_gpu
 from co_design.perf.memory import max_batch, memory_breakdown
 from co_design.perf.ops import attention_head_dim, shards, step_ops, step_time
-from co_design.perf.queueing import iteration_queue_wait, poisson_quantile
-from co_design.perf.types import SLO, Deployment, OpCost, Prediction
+from co_design.perf.queueing import busy_ranks, iteration_queue_wait, poisson_quantile, rank_prompt_load
+from co_design.perf.types import SLO, Deployment, OpCost, Prediction, Runtime
 
 if TYPE_CHECKING:
     from co_design.arch import Architecture
@@ -162,7 +169,7 @@ def _prompt_iterations(dep: Deployment, a_dp: int, b: int) -> tuple[list[tuple[f
 
 
 def _ttft(arch: "Architecture", gpu: GPU, dep: Deployment, a_dp: int, b: int, with_ops: bool,
-          ) -> tuple[float, float, list[OpCost]]:
+          placement: _Placement | None = None) -> tuple[float, float, list[OpCost]]:
     """Mean and 99th-percentile TTFT (seconds) of a replica holding ``b`` requests (before any queueing of
     Poisson arrivals, which :func:`_evaluate` adds), and the op rows of the mean (per op, summed over the
     iterations one request waits through) when ``with_ops``. Those iterations carry a prompt, so they run
@@ -170,6 +177,23 @@ def _ttft(arch: "Architecture", gpu: GPU, dep: Deployment, a_dp: int, b: int, wi
     time, and the request ``Runtime.first_token_overhead_s`` off the GPU."""
     rt = dep.runtime
     kinds, iterations = _prompt_iterations(dep, a_dp, b)
+    if placement is not None:
+        # its own iterations also carry the other ranks' prompts: in the mean as often as they come; at the 99th
+        # percentile always, unless they come in under 1 % of iterations (the request's p99 meets them). A
+        # prompt's last piece comes right after its full chunks, when it has some
+        met = []
+        for n_kind, (w, w99, kw) in enumerate(kinds):
+            own = kw["prefill_tokens"]
+            others = (placement.after_busy if 0 < n_kind == len(kinds) - 1 else
+                      placement.busy if 2 * own >= placement.room else placement.idle)
+            split = others.beside(own, kw)
+            if len(split) == 1:
+                met.append((w, w99, kw))
+                continue
+            (p_none, alone), (p_some, beside) = split
+            met += [(w * p_none, 0.0 if p_none <= 0.99 else w99, alone),
+                    (w * p_some, w99 if p_none <= 0.99 else 0.0, beside)]
+        kinds = met
     pf_s, pf99_s, pf_ops = 0.0, 0.0, []
     for weight, weight99, kw in kinds:
         if with_ops:
@@ -193,16 +217,125 @@ def _ttft(arch: "Architecture", gpu: GPU, dep: Deployment, a_dp: int, b: int, wi
 
 
 def _round_s(arch: "Architecture", gpu: GPU, dep: Deployment, b: int, context: float, host_s: float,
-             prompt_tokens: float = 0.0) -> float:
+             prompt_tokens: float = 0.0, prompt_ranks: float | None = None) -> float:
     """Seconds of a round of iterations (one per pipeline stage's micro-batch of ``b / pp`` requests), each
-    carrying ``prompt_tokens`` of prompts beside its decode tokens, and the host's time; with none, what an
-    iteration takes when no prompt rides in it."""
+    carrying ``prompt_tokens`` of prompts beside its decode tokens (under attention-DP over ``prompt_ranks``
+    ranks, None: spread over all), and the host's time; with none, what an iteration takes when no prompt rides
+    in it."""
     return dep.pp * sum(step_time(arch, gpu, dep, decode=b / dep.pp, context=context, prefill_tokens=prompt_tokens,
-                                  prefill_len=dep.isl).values()) + host_s
+                                  prefill_len=dep.isl, prompt_ranks=prompt_ranks).values()) + host_s
+
+
+@dataclasses.dataclass(frozen=True)
+class _Others:
+    """What one attention-DP rank meets on the other ranks in an iteration: in a share ``p_none`` of iterations
+    no prompt tokens; in the rest ``tokens`` of them on average, ``busiest`` on the busiest other rank."""
+
+    p_none: float
+    tokens: float
+    busiest: float
+
+    def beside(self, own: float, kw: dict) -> list[tuple[float, dict]]:
+        """The step kwargs ``kw`` of an iteration in which this rank carries ``own`` prompt tokens, as ``(weight,
+        step kwargs)`` over what it meets: the busiest rank's attention paces the step, every rank's tokens ride
+        through the experts."""
+        if self.p_none >= 1:
+            return [(1.0, kw)]
+        total = own + self.tokens
+        return [(w, k) for w, k in ((self.p_none, kw), (1 - self.p_none, dict(
+            kw, prefill_tokens=total, prompt_ranks=total / max(own, self.busiest)))) if w > 0]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Placement:
+    """Prompt tokens on the attention-DP ranks of a replica under Poisson arrivals, each prompt on its request's
+    rank (a rank's ``room`` per iteration, ``max_num_tokens`` less its share of the decode tokens): all ranks
+    carry none in a share ``p_none`` of iterations, ``tokens`` in the rest on average with ``busiest`` on the
+    busiest rank; ``busy`` is what a rank carrying a full chunk of its own meets on the others, ``idle`` what a
+    rank carrying none meets, ``after_busy`` what it meets in the next iteration."""
+
+    room: float
+    p_none: float
+    tokens: float
+    busiest: float
+    busy: _Others
+    idle: _Others
+    after_busy: _Others  # what a rank meets in the iteration after one with a full chunk of its own
+
+
+def _placement(arch: "Architecture", gpu: GPU, dep: Deployment, b: int, context: float) -> _Placement | None:
+    """Where the prompts of a replica of ``b`` requests land under Poisson arrivals and attention-DP (None
+    otherwise). Each rank receives ``mean = b / pp x ISL / OSL / a_dp`` prompt tokens per iteration on average.
+    Prompts up to half a rank's room ride whole, a Poisson count per rank, independently
+    (:func:`co_design.perf.queueing.rank_prompt_load`). Longer ones keep their rank busy with one piece of at
+    most the room (``chunk``) for ``ISL / chunk`` iterations, and the busy ranks cluster, a long iteration
+    admitting many prompts at once (:func:`co_design.perf.queueing.busy_ranks`, on the rounds with none, one
+    and every rank busy, ``b / OSL`` prompts a round); a rank with a piece meets the others as the size-biased
+    busy count leaves them, a rank with none as the rest, and the iteration after one with a piece as the
+    chain moves on from it.
+    ``benchmarks/prompt_queue_sim.py`` checks the steady state and the waits against a simulated scheduler."""
+    ranks = shards(arch, dep).a_dp
+    if dep.arrivals != "poisson" or ranks <= 1:
+        return None
+    rt, mb = dep.runtime, b / dep.pp
+    room = _rank_room(rt, mb, ranks)
+    mean = mb * dep.isl / dep.osl / ranks
+    if 2 * dep.isl <= room:
+        p_none, busiest = rank_prompt_load(mean, dep.isl, room, ranks)
+        o_none, o_busiest = rank_prompt_load(mean, dep.isl, room, ranks - 1)
+        others = _Others(o_none, (ranks - 1) * mean / (1 - o_none), o_busiest / (1 - o_none)) if o_none < 1 else \
+            _Others(1.0, 0.0, 0.0)
+        tokens = ranks * mean / (1 - p_none) if p_none < 1 else 0.0
+        return _Placement(room, p_none, tokens, busiest / (1 - p_none) if p_none < 1 else 0.0, others, others,
+                          others)
+    # a prompt over half the room: a rank holds one piece of it per iteration, `chunk` tokens, for ISL / chunk
+    # iterations
+    chunk = min(float(dep.isl), room)
+    host = rt.iteration_overhead_s + rt.request_overhead_s * b / ranks
+    t0, t1 = _round_s(arch, gpu, dep, b, context, host), _round_s(arch, gpu, dep, b, context, host, chunk, 1.0)
+    slope = (_round_s(arch, gpu, dep, b, context, host, ranks * chunk, float(ranks)) - t1) / (ranks - 1)
+    stay = 1.0 - chunk / dep.isl  # a busy rank's chance to stay busy next iteration
+    pi, rate = busy_ranks(ranks, t0, t1, t1 + (ranks - 1) * slope, b / dep.osl, dep.isl / chunk)
+
+    def others(weights: list[float]) -> _Others:
+        """The others' busy count ``j`` weighted by ``weights[j]``."""
+        total = sum(weights)
+        none = weights[0] / total if total > 0 else 1.0
+        if none >= 1:
+            return _Others(1.0, 0.0, 0.0)
+        some = sum(j * w for j, w in enumerate(weights)) / (total - weights[0])
+        return _Others(none, some * chunk, chunk)
+
+    # a busy rank sees b - 1 others busy with weight b pi[b]; an idle rank b with weight (ranks - b) pi[b]
+    busy = others([(j + 1) * pi[j + 1] for j in range(ranks)])
+    idle = others([(ranks - j) * pi[j] for j in range(ranks)])
+    # the next iteration after one with B busy ranks, this one among them: the B - 1 others each stay busy with
+    # probability `stay`, and a Poisson count of mean rate x T(B) new prompts starts (capped at the others)
+    weight = none = more = 0.0
+    for busy_now in range(1, ranks + 1):
+        w = busy_now * pi[busy_now]
+        if w <= 0:
+            continue
+        new = rate * (t1 + (busy_now - 1) * slope)
+        weight += w
+        none += w * (1 - stay) ** (busy_now - 1) * math.exp(-new)
+        more += w * min(ranks - 1, (busy_now - 1) * stay + new)
+    after = _Others(none / weight, more / (weight - none) * chunk, chunk) if weight > none else \
+        _Others(1.0, 0.0, 0.0)
+    p_none = pi[0]
+    some = sum(j * p for j, p in enumerate(pi)) / (1 - p_none) if p_none < 1 else 0.0
+    return _Placement(room, p_none, some * chunk, chunk, busy, idle, after)
+
+
+def _rank_room(rt: Runtime, mb: float, a_dp: int) -> float:
+    """Prompt tokens one attention-DP rank's iteration holds beside its share of the ``mb`` decode tokens (at
+    least one): each rank schedules its own ``max_num_tokens``."""
+    return max(1.0, math.floor(rt.max_num_tokens - mb / a_dp))
 
 
 def _prompt_queue(arch: "Architecture", gpu: GPU, dep: Deployment, b: int, tpot_s: float, budget: float,
-                  context: float, host_s: float, idle_s: float) -> tuple[float, float, float]:
+                  context: float, host_s: float, idle_s: float, placement: _Placement | None = None,
+                  ) -> tuple[float, float, float]:
     """``(rho, mean wait, p99 wait)`` of a replica's prompt queue under Poisson arrivals (seconds; rho the
     fraction of time prompts keep it busy): :func:`co_design.perf.queueing.iteration_queue_wait`.
 
@@ -212,16 +345,36 @@ def _prompt_queue(arch: "Architecture", gpu: GPU, dep: Deployment, b: int, tpot_
     prompt tokens beside them (``max_num_tokens`` per attention-DP rank), so ``pp x room`` per round; it takes
     ``pp`` stage steps of that size plus the host's time, as a decode round does, from the decode-only round's
     time with no prompt tokens (``idle_s``, :func:`_round_s`) to the budget-full round's.
-    ``rho = lambda ISL / (pp room) x (full round)``; ``inf`` when no room is left."""
+    ``rho = lambda ISL / (pp room) x (full round)``; ``inf`` when no room is left. Under attention-DP
+    (``placement``) the queue is one rank's: ``lambda / a_dp`` of the arrivals, that rank's room, its rounds
+    as long as when it carries none or a full chunk beside the other ranks' prompts, whose spread lengthens
+    the round in progress."""
     room = budget - b / dep.pp
     if room < 1:
         return math.inf, math.inf, math.inf
-    full = _round_s(arch, gpu, dep, b, context, host_s, room)
     rate = b / (dep.osl * tpot_s)
+    ranks = shards(arch, dep).a_dp
+    if placement is not None:
+        # one queue per attention-DP rank: its share of the arrivals and its own room; its iterations also carry
+        # the other ranks' prompts (_placement): idle as a rank with none meets them, full as one with a chunk
+        def seconds(others: _Others, tokens: float) -> tuple[float, tuple[float, float]]:
+            """Mean of a round's seconds when this rank carries ``tokens``, and their variance and third central
+            moment over what the other ranks carry."""
+            kw = dict(prefill_tokens=tokens, prompt_ranks=1.0)
+            parts = [(w, _round_s(arch, gpu, dep, b, context, host_s, k["prefill_tokens"], k["prompt_ranks"]))
+                     for w, k in others.beside(tokens, kw)]
+            mean = sum(w * x for w, x in parts)
+            return mean, (sum(w * (x - mean) ** 2 for w, x in parts), sum(w * (x - mean) ** 3 for w, x in parts))
+
+        room = placement.room
+        (idle_s, spread), (full, _) = seconds(placement.idle, 0.0), seconds(placement.busy, room)
+        rate /= ranks
+    else:
+        full, spread = _round_s(arch, gpu, dep, b, context, host_s, room), (0.0, 0.0)
     rho = rate * dep.isl / (dep.pp * room) * full
     if rho >= 1:
         return rho, math.inf, math.inf
-    wait, wait99 = iteration_queue_wait(rate, dep.isl, dep.pp * room, idle_s, full, 0.99)
+    wait, wait99 = iteration_queue_wait(rate, dep.isl, dep.pp * room, idle_s, max(full, idle_s), 0.99, spread)
     return rho, wait, wait99
 
 
@@ -236,6 +389,7 @@ def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica
     prompt = mb * dep.isl / dep.osl  # prompt tokens per iteration, on average
     budget = rt.max_num_tokens * s.a_dp  # tokens one iteration may carry (each attention-DP rank schedules its own)
     context = dep.isl + dep.osl / 2
+    placement = _placement(arch, gpu, dep, b, context) if mb + prompt <= budget else None
     # (weight, step kwargs) of the iteration kinds of the steady state
     if mb + prompt > budget:
         # overloaded: every iteration carries more tokens than the budget and runs as `chunks` passes, filled as a
@@ -257,7 +411,13 @@ def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica
         room = max(1.0, math.floor(budget - mb))
         n_pieces = math.ceil(dep.isl / room - 1e-9)  # a prompt: n_pieces - 1 full chunks of `room`, then the rest
         q = prompt / dep.isl  # prompts admitted per iteration
-        if q * n_pieces >= 1.0:
+        if placement is not None:
+            # Poisson arrivals under attention-DP, each prompt on its request's rank: no prompt in a share p_none
+            # of iterations, and in the rest the busiest rank's attention paces the step (_placement)
+            kinds = [(w, dict(decode=mb, context=context, prefill_tokens=tokens, prefill_len=dep.isl,
+                              prompt_ranks=tokens / placement.busiest if tokens else None))
+                     for w, tokens in ((placement.p_none, 0.0), (1.0 - placement.p_none, placement.tokens)) if w > 0]
+        elif q * n_pieces >= 1.0:
             kinds = [(1.0, dict(decode=mb, context=context, prefill_tokens=prompt, prefill_len=dep.isl))]
         else:
             rest = dep.isl - (n_pieces - 1) * room
@@ -295,11 +455,12 @@ def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica
     pf_ops: list[OpCost] = []
     notes: list[str] = []
     if with_ttft:
-        ttft, ttft99, pf_ops = _ttft(arch, gpu, dep, s.a_dp, b, with_ops)
+        ttft, ttft99, pf_ops = _ttft(arch, gpu, dep, s.a_dp, b, with_ops, placement)
         if dep.arrivals == "poisson":
-            rho, wait, wait99 = _prompt_queue(arch, gpu, dep, b, tpot, budget, context, host_s, idle)
+            rho, wait, wait99 = _prompt_queue(arch, gpu, dep, b, tpot, budget, context, host_s, idle, placement)
             ttft, ttft99 = ttft + wait, ttft99 + wait99
-            notes.append(f"Poisson arrivals: prompts keep the replica busy {rho:.0%} of the time; a prompt waits "
+            notes.append(f"Poisson arrivals: prompts keep {'each attention-DP rank' if placement else 'the replica'} "
+                         f"busy {rho:.0%} of the time; a prompt waits "
                          f"{wait * 1e3:,.1f} ms on average, {wait99 * 1e3:,.1f} ms at p99, for the iteration in "
                          "progress, the prompts ahead of it and those that share its last iteration" if rho < 1 else
                          "Poisson arrivals: prompts arrive faster than the replica prefills them beside its "

@@ -11,7 +11,7 @@ from co_design.perf import (SLO, Deployment, Prediction, Runtime, max_throughput
                             shape_advice)
 from co_design.perf.memory import activation_bytes_per_gpu, kv_bytes_per_request, weights_bytes_per_gpu
 from co_design.perf.ops import step_ops, step_time
-from co_design.perf.queueing import iteration_queue_wait, poisson_quantile
+from co_design.perf.queueing import iteration_queue_wait, poisson_quantile, rank_prompt_load
 
 SMALL = Architecture(hidden=2048, layers=4, heads=16, kv_heads=4, ffn=8192, vocab=32000, name="small")
 MOE = Architecture(hidden=2048, layers=4, heads=16, kv_heads=4, ffn=768, vocab=32000, experts=64,
@@ -807,6 +807,40 @@ def test_poisson_arrivals_add_the_wait_of_the_iteration_level_prompt_queue(pp):
     (busy,) = [float(n.split("busy ")[1].split("%")[0]) for n in p.notes if n.startswith("Poisson arrivals:")]
     assert abs(busy - 100 * rho) <= 0.5 + 1e-9  # the note's whole per cent, whichever way it rounds
     assert p.to_dict()["ttft_p99_ms"] == p.ttft_p99_s * 1e3 and p.to_dict()["tpot_p99_ms"] == p.tpot_p99_s * 1e3
+
+
+def test_poisson_prompts_land_on_random_attention_dp_ranks():
+    # under attention-DP a prompt runs on its request's rank. Steady arrivals (and the fixed-length benchmark
+    # runs they stand for) keep the ranks in step, spreading the prompt work evenly; Poisson arrivals put each
+    # prompt on a random rank, and the busiest rank's attention paces the whole step
+    steady = Deployment(tp=4, ep=4, attention_dp=True, weights="fp8", activations="fp8", isl=512, osl=256,
+                        concurrency=256)
+    poisson = steady.replace(arrivals="poisson")
+    gpu, rt = get_gpu("h100"), Runtime()
+    a, p = predict(MOE, gpu, steady), predict(MOE, gpu, poisson)
+    # short prompts (at most half a rank's room): a Poisson count per rank, independently (rank_prompt_load)
+    mean = 256 * 512 / 256 / 4  # prompt tokens per rank per iteration
+    room = math.floor(rt.max_num_tokens - 256 / 4)
+    p_none, busiest = rank_prompt_load(mean, 512, room, 4)
+    host = rt.iteration_overhead_s + rt.request_overhead_s * 256 / 4
+
+    def step(tokens, ranks=None):
+        return sum(step_time(MOE, gpu, poisson, decode=256, context=512 + 128, prefill_tokens=tokens, prefill_len=512,
+                             prompt_ranks=ranks).values())
+
+    tokens = 4 * mean / (1 - p_none)
+    assert p.tpot_s == pytest.approx(p_none * step(0) + (1 - p_none) * step(tokens, tokens * (1 - p_none) / busiest)
+                                     + host, rel=1e-12)
+    assert p.tpot_s > a.tpot_s  # the busiest rank's prompts, not a quarter of all of them
+    assert any(n.startswith("Poisson arrivals: prompts keep each attention-DP rank busy") for n in p.notes)
+    # without attention-DP nothing changes but the queue: the prompt work spreads over the TP ranks anyway
+    tp = steady.replace(attention_dp=False)
+    assert predict(MOE, gpu, tp.replace(arrivals="poisson")).tpot_s == predict(MOE, gpu, tp).tpot_s
+    # long prompts keep a rank busy with a full chunk for ISL / chunk iterations, and busy ranks cluster
+    # (busy_ranks): TPOT and the queue grow further beyond the even spread's
+    long = dict(isl=8192, osl=256, concurrency=64)
+    a, p = predict(MOE, gpu, steady.replace(**long)), predict(MOE, gpu, poisson.replace(**long))
+    assert p.tpot_s > 1.1 * a.tpot_s and p.ttft_s > a.ttft_s
 
 
 def test_poisson_arrivals_pass_by_batches_whose_prompts_outrun_the_prefill():
