@@ -64,6 +64,14 @@ mean grows with the load; the p99 does too from 1 % busy (``test_queueing``'s
 properties), and below that can dip a few per cent as a rare shared iteration becomes
 less rare.
 
+Attention-DP ranks (:func:`rank_prompt_load`, :func:`busy_ranks`): each prompt runs on its
+request's rank, and random arrivals land on random ranks, so an iteration carries prompt
+tokens on some ranks and none on others, and its busiest rank paces it. Prompts up to half a
+rank's room: a Poisson count per rank, independently. Longer ones: a Markov chain of the
+number of busy ranks, in which a long iteration admits many prompts at once, so busy ranks
+cluster. A rank's queue (:func:`iteration_queue_wait` with ``outside``) sees iterations
+spread by the other ranks' prompts.
+
 Units: seconds for service and iteration times and the waits, prompts per second for
 arrival rates, tokens for prompt sizes and room; ``rho`` is the server's busy fraction
 (arrival rate x service time), dimensionless. Pure Python.
