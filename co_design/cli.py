@@ -44,7 +44,8 @@ _ARRIVALS_HELP = ("how requests arrive, for TTFT under load: steady (spread in t
                   "burst (all --concurrency requests at once and in step, as a fixed-concurrency benchmark starts "
                   "them: each waits for the prompts ahead of it) or poisson (at random times, as MLPerf Server "
                   "sends them: each also waits, admitted at an iteration's end, for the prompts that arrived "
-                  "before it and the later ones that share its last iteration; the report adds the p99 TTFT, and a "
+                  "before it and the later ones that share its last iteration, under --attention-dp on its "
+                  "request's rank, the busiest rank pacing each iteration; the report adds the p99 TTFT, and a "
                   "p99 TPOT over requests, each decoding beside the prompts admitted while it does)")
 _RUNTIME_HELP = ("runtime file (JSON of co_design.perf.Runtime fields, e.g. from `co-design anchor --out`): "
                  "overheads and rates of your serving runtime instead of the fitted defaults")

@@ -326,8 +326,9 @@ _ARRIVALS_MEANING = {
     "steady": "requests spread in time, each prompt prefilled beside the others' decoding",
     "burst": "the requests in flight arrive together, each waiting for the prompts ahead of it (mean over the wave)",
     "poisson": "requests arrive at random, each prompt also waiting, in a queue admitted at iteration ends, for the "
-               "ones that arrived before it and the later ones that share its last iteration (mean, and p99 where "
-               "the SLO bounds it)",
+               "ones that arrived before it and the later ones that share its last iteration; under attention-DP each "
+               "prompt on its request's rank, the busiest rank pacing each iteration (mean, and p99 where the SLO "
+               "bounds it)",
 }
 
 
