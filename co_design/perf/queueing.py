@@ -308,9 +308,9 @@ def _stationary(rows: list[list[float]]) -> list[float]:
 
 def busy_ranks(ranks: int, idle_s: float, one_s: float, all_s: float, prompts_per_iteration: float,
                iterations_per_prompt: float) -> tuple[list[float], float]:
-    """``(pi, lambda)``: the stationary distribution ``pi[B]`` of the number ``B`` of attention-DP ranks that carry a full chunk of a
-    long prompt in an iteration, when prompts arrive at random (Poisson), each on a random rank, and keep it
-    busy ``iterations_per_prompt`` (>= 1) iterations' worth of its room.
+    """``(pi, lambda)``: the stationary distribution ``pi[B]`` of the number ``B`` of attention-DP ranks that carry
+    a piece of a long prompt in an iteration, when prompts arrive at random (Poisson), each on a random rank, and
+    keep it busy ``iterations_per_prompt`` (>= 1) iterations, and the arrival rate ``lambda`` (prompts per second).
 
     An iteration with ``B`` busy ranks lasts ``T(B)``: ``idle_s`` with none, ``one_s`` with one, rising linearly
     to ``all_s`` with all (each busy rank's chunk rides through the experts; the busiest rank's attention, one
@@ -318,14 +318,15 @@ def busy_ranks(ranks: int, idle_s: float, one_s: float, all_s: float, prompts_pe
     next iteration's busy ranks are the ones still busy (each continues with probability ``1 - 1 / d``, ``d`` =
     ``iterations_per_prompt``) plus a Poisson count of mean ``lambda T(B)`` new ones, at most ``ranks``. The
     rate ``lambda`` is the one at which ``prompts_per_iteration`` arrive per iteration on average
-    (``lambda E[T] = m``, prompts per second), found by regula falsi, ``lambda E[T]`` rising with ``lambda``. That feedback is why busy
-    ranks cluster: independent ranks would each be busy a share ``m d / ranks`` of iterations; a long iteration
+    (``lambda E[T] = m``), found by regula falsi, ``lambda E[T]`` rising with ``lambda``. That feedback is why
+    busy ranks cluster: independent ranks would each be busy a share ``m d / ranks`` of iterations; a long iteration
     admits many prompts at once (``benchmarks/prompt_queue_sim.py`` simulates the scheduler the chain stands
     for). States beyond 12 standard deviations above the fluid mean busy count ``m d`` are dropped (their mass
     folds into the last)."""
-    if ranks < 1 or not iterations_per_prompt >= 1 or not prompts_per_iteration >= 0:
-        raise ValueError(f"ranks={ranks} must be >= 1, iterations_per_prompt={iterations_per_prompt} >= 1 and "
-                         f"prompts_per_iteration={prompts_per_iteration} >= 0")
+    if ranks < 1 or not iterations_per_prompt >= 1 or not prompts_per_iteration >= 0 or not 0 < idle_s <= one_s:
+        raise ValueError(f"ranks={ranks} must be >= 1, iterations_per_prompt={iterations_per_prompt} >= 1, "
+                         f"prompts_per_iteration={prompts_per_iteration} >= 0 and 0 < idle_s={idle_s} <= "
+                         f"one_s={one_s}")
     if prompts_per_iteration == 0:
         return [1.0] + [0.0] * ranks, 0.0
     fluid = prompts_per_iteration * iterations_per_prompt
@@ -358,12 +359,15 @@ def busy_ranks(ranks: int, idle_s: float, one_s: float, all_s: float, prompts_pe
     # iterations would all be decode-only (lambda E[T] >= lambda idle_s)
     lo, hi = 0.0, prompts_per_iteration / idle_s
     f_lo, (f_hi, pi) = -prompts_per_iteration, excess(hi)
-    side = 0
+    rate, side = hi, 0
     for _ in range(60):
         lam = (lo * f_hi - hi * f_lo) / (f_hi - f_lo)
         f, trial = excess(lam)
+        if abs(f) <= 1e-9 * prompts_per_iteration or hi - lo <= 1e-9 * hi:
+            rate, pi = lam, trial
+            break
         if f > 0:
-            hi, f_hi, pi = lam, f, trial
+            hi, f_hi, rate, pi = lam, f, lam, trial
             if side == 1:
                 f_lo /= 2
             side = 1
@@ -372,10 +376,7 @@ def busy_ranks(ranks: int, idle_s: float, one_s: float, all_s: float, prompts_pe
             if side == -1:
                 f_hi /= 2
             side = -1
-        if abs(f) <= 1e-9 * prompts_per_iteration or hi - lo <= 1e-9 * hi:
-            pi = trial
-            break
-    return pi + [0.0] * (ranks - top), lam
+    return pi + [0.0] * (ranks - top), rate
 
 
 def _shared_room(mean_arrivals: float, prompt_tokens: float, free_tokens: float) -> tuple[float, float]:
@@ -407,6 +408,8 @@ def iteration_queue_wait(arrival_rate: float, prompt_tokens: float, room_tokens:
     spread lengthens the rest of the iteration in progress."""
     lam, n, room, t0, tf = arrival_rate, prompt_tokens, room_tokens, idle_iteration_s, full_iteration_s
     v, skew = outside
+    if not v >= 0:
+        raise ValueError(f"outside variance must be >= 0 (s^2), got {v}")
     if not (lam >= 0 and n > 0 and room > 0 and 0 <= t0 <= tf and tf > 0):
         raise ValueError(f"need arrival_rate >= 0, prompt_tokens > 0, room_tokens > 0 and 0 <= idle_iteration_s <= "
                          f"full_iteration_s, full_iteration_s > 0; got {lam}, {n}, {room}, {t0}, {tf}")

@@ -236,4 +236,8 @@ def test_iteration_queue_wait_with_iterations_spread_from_outside():
         waits.append(iteration_queue_wait(2.0, 4000, 8000, 0.05, 0.4, 0.99, spread))
     # the iteration in progress is longer when iterations vary: mean and p99 rise with the spread
     assert all(a[0] < b[0] and a[1] < b[1] for a, b in zip(waits, waits[1:]))
+    with pytest.raises(ValueError, match="outside variance"):
+        iteration_queue_wait(2.0, 4000, 8000, 0.05, 0.4, 0.99, (-1e-3, 0.0))
+    with pytest.raises(ValueError, match="idle_s"):
+        busy_ranks(8, 0.0, 0.1, 0.2, 1.0, 1.0)
 
