@@ -210,7 +210,7 @@ def _ttft(arch: "Architecture", gpu: GPU, dep: Deployment, a_dp: int, b: int, wi
             step_s = sum(step_time(arch, gpu, dep, eager=True, **kw).values())
         pf_s += weight * step_s
         pf99_s += weight99 * step_s
-    host = rt.iteration_overhead_s + rt.request_overhead_s * b / a_dp
+    host = _host_s(rt, b, a_dp)
     iterations99 = sum(w99 for _, w99, _ in kinds)
     return (dep.pp * pf_s + iterations * host + rt.first_token_overhead_s,
             dep.pp * pf99_s + iterations99 * host + rt.first_token_overhead_s, pf_ops)
@@ -291,7 +291,7 @@ def _placement(arch: "Architecture", gpu: GPU, dep: Deployment, b: int, context:
     # a prompt over half the room: a rank holds one piece of it per iteration, `chunk` tokens, for ISL / chunk
     # iterations
     chunk = min(float(dep.isl), room)
-    host = rt.iteration_overhead_s + rt.request_overhead_s * b / ranks
+    host = _host_s(rt, b, ranks)
     t0, t1 = _round_s(arch, gpu, dep, b, context, host), _round_s(arch, gpu, dep, b, context, host, chunk, 1.0)
     slope = (_round_s(arch, gpu, dep, b, context, host, ranks * chunk, float(ranks)) - t1) / (ranks - 1)
     stay = 1.0 - chunk / dep.isl  # a busy rank's chance to stay busy next iteration
@@ -325,6 +325,13 @@ def _placement(arch: "Architecture", gpu: GPU, dep: Deployment, b: int, context:
     p_none = pi[0]
     some = sum(j * p for j, p in enumerate(pi)) / (1 - p_none) if p_none < 1 else 0.0
     return _Placement(room, p_none, some * chunk, chunk, busy, idle, after)
+
+
+def _host_s(rt: Runtime, b: float, a_dp: int, passes: int = 1) -> float:
+    """Host seconds of one pass of an iteration of a replica holding ``b`` requests: the per-iteration time and the
+    per-request time of the requests on one attention-DP rank (the ranks schedule in parallel), over its
+    ``passes``."""
+    return rt.iteration_overhead_s + rt.request_overhead_s * b / a_dp / passes
 
 
 def _rank_room(rt: Runtime, mb: float, a_dp: int) -> float:
@@ -439,7 +446,7 @@ def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica
                 by_bound[bound_name] = by_bound.get(bound_name, 0.0) + sec * weight
     ops = _merged(ops)
     stage_s = sum(by_bound.values())  # one iteration (all its passes)
-    host_s = rt.iteration_overhead_s + rt.request_overhead_s * b / s.a_dp / chunks  # per pass; DP ranks in parallel
+    host_s = _host_s(rt, b, s.a_dp, chunks)  # per pass
     tpot = dep.pp * stage_s + chunks * host_s
     tpot99, idle = tpot, math.nan
     if dep.arrivals == "poisson":
