@@ -283,25 +283,29 @@ def rank_prompt_load(mean_tokens: float, prompt_tokens: float, room_tokens: floa
 
 
 def _stationary(rows: list[list[float]]) -> list[float]:
-    """Stationary distribution of a finite Markov chain from its transition rows, by Gaussian elimination on
-    ``pi (P - I) = 0`` with ``sum(pi) = 1`` replacing the last equation."""
+    """Stationary distribution of a finite Markov chain from its transition rows, by the GTH algorithm
+    (Grassmann, Taksar and Heyman, "Regenerative analysis and steady state distributions for Markov chains",
+    Oper. Res. 33, 1985): states folded away from the last, with no subtraction, so no cancellation and no
+    pivoting. Where the chain, folded down to state ``k``, never leaves ``k`` downwards (so many arrivals that
+    their chance of none underflows), the states below ``k`` are transient and get 0."""
     n = len(rows)
-    a = [[rows[j][i] - (1.0 if i == j else 0.0) for j in range(n)] + [0.0] for i in range(n)]
-    a[-1] = [1.0] * n + [1.0]
-    for c in range(n):
-        r = max(range(c, n), key=lambda i: abs(a[i][c]))
-        a[c], a[r] = a[r], a[c]
-        piv = a[c][c]
-        for i in range(c + 1, n):
-            f = a[i][c] / piv
+    p = [list(r) for r in rows]
+    start = 0
+    for k in range(n - 1, 0, -1):
+        pk = p[k]
+        s = sum(pk[:k])  # the chance of leaving state k downwards
+        if s <= 0:
+            start = k
+            break
+        for i in range(k):
+            f = p[i][k] / s
             if f:
-                ai, ac = a[i], a[c]
-                for j in range(c, n + 1):
-                    ai[j] -= f * ac[j]
-    x = [0.0] * n
-    for i in range(n - 1, -1, -1):
-        x[i] = (a[i][n] - sum(a[i][j] * x[j] for j in range(i + 1, n))) / a[i][i]
-    x = [max(0.0, v) for v in x]
+                pi = p[i]
+                for j in range(k):
+                    pi[j] += f * pk[j]
+    x = [0.0] * start + [1.0]
+    for j in range(start + 1, n):
+        x.append(sum(x[i] * p[i][j] for i in range(start, j)) / sum(p[j][:j]))
     total = sum(x)
     return [v / total for v in x]
 
@@ -318,7 +322,7 @@ def busy_ranks(ranks: int, idle_s: float, one_s: float, all_s: float, prompts_pe
     next iteration's busy ranks are the ones still busy (each continues with probability ``1 - 1 / d``, ``d`` =
     ``iterations_per_prompt``) plus a Poisson count of mean ``lambda T(B)`` new ones, at most ``ranks``. The
     rate ``lambda`` is the one at which ``prompts_per_iteration`` arrive per iteration on average
-    (``lambda E[T] = m``), found by regula falsi, ``lambda E[T]`` rising with ``lambda``. That feedback is why
+    (``lambda E[T] = m``), found by a bracketed secant search, ``lambda E[T]`` rising with ``lambda``. That feedback is why
     busy ranks cluster: independent ranks would each be busy a share ``m d / ranks`` of iterations; a long iteration
     admits many prompts at once (``benchmarks/prompt_queue_sim.py`` simulates the scheduler the chain stands
     for). States beyond 12 standard deviations above the fluid mean busy count ``m d`` are dropped (their mass
@@ -343,39 +347,51 @@ def busy_ranks(ranks: int, idle_s: float, one_s: float, all_s: float, prompts_pe
             pois = [math.exp(-mean)]
             for k in range(1, top + 1):
                 pois.append(pois[-1] * mean / k)
+            tail, below = [0.0] * (top + 1), 0.0  # tail[n] = P(N >= n)
+            for n in range(top + 1):
+                tail[n] = max(0.0, 1.0 - below)
+                below += pois[n]
             row = [0.0] * (top + 1)
             for j, pj in enumerate(keep[b]):
-                for k in range(top - j):
-                    row[j + k] += pj * pois[k]
-                row[top] += pj * max(0.0, 1.0 - sum(pois[:top - j]))
+                if pj:
+                    for k in range(top - j):
+                        row[j + k] += pj * pois[k]
+                    row[top] += pj * tail[top - j]
             rows.append(row)
         return _stationary(rows)
 
-    def excess(lam: float) -> tuple[float, list[float]]:
+    def excess(lam: float) -> tuple[float, list[float], float]:
         pi = chain(lam)
-        return lam * sum(p * x for p, x in zip(pi, t)) - prompts_per_iteration, pi
+        mean_t = sum(p * x for p, x in zip(pi, t))
+        return lam * mean_t - prompts_per_iteration, pi, mean_t
 
-    # regula falsi (Illinois) on lambda E[T] - m, which rises with lambda: below 0 at 0, at or above 0 where the
-    # iterations would all be decode-only (lambda E[T] >= lambda idle_s)
-    lo, hi = 0.0, prompts_per_iteration / idle_s
-    f_lo, (f_hi, pi) = -prompts_per_iteration, excess(hi)
-    rate, side = hi, 0
+    # root of lambda E[T] - m, which rises with lambda and lies in [m / T(top), m / T(0)] (E[T] between them).
+    # Start at the fluid busy count's iteration, step once as lambda = m / E[T], then secant steps kept inside
+    # the bracket (bisection where one would leave it): 3-6 chains instead of a dozen from a plain bracket
+    x = min(float(top), fluid)
+    t_fluid = idle_s + x * (one_s - idle_s) if x < 1 else one_s + (x - 1) * slope
+    lo, hi = prompts_per_iteration / t[top], prompts_per_iteration / idle_s
+    lam = min(hi, max(lo, prompts_per_iteration / t_fluid))
+    f, pi, mean_t = excess(lam)
+    rate, prev = lam, None
     for _ in range(60):
-        lam = (lo * f_hi - hi * f_lo) / (f_hi - f_lo)
-        f, trial = excess(lam)
-        if abs(f) <= 1e-9 * prompts_per_iteration or hi - lo <= 1e-9 * hi:
-            rate, pi = lam, trial
+        if abs(f) <= 1e-9 * prompts_per_iteration or hi - lo <= 1e-12 * hi:
             break
         if f > 0:
-            hi, f_hi, rate, pi = lam, f, lam, trial
-            if side == 1:
-                f_lo /= 2
-            side = 1
+            hi = lam
         else:
-            lo, f_lo = lam, f
-            if side == -1:
-                f_hi /= 2
-            side = -1
+            lo = lam
+        if prev is None:
+            nxt = prompts_per_iteration / mean_t  # the fixed-point step
+        else:
+            p_lam, p_f = prev
+            nxt = lam - f * (lam - p_lam) / (f - p_f) if f != p_f else 0.5 * (lo + hi)
+        if not lo < nxt < hi:
+            nxt = 0.5 * (lo + hi)
+        prev = (lam, f)
+        lam = nxt
+        f, pi, mean_t = excess(lam)
+        rate = lam
     return pi + [0.0] * (ranks - top), rate
 
 

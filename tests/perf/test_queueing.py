@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 import pytest
 
-from co_design.perf.queueing import (busy_ranks, gamma_quantile, iteration_queue_wait, md1_mean_wait,
+from co_design.perf.queueing import (_stationary, busy_ranks, gamma_quantile, iteration_queue_wait, md1_mean_wait,
                                     md1_wait_quantile, md1_wait_variance, poisson_quantile, rank_prompt_load)
 
 
@@ -222,6 +222,31 @@ def test_busy_ranks_cluster_when_busy_iterations_are_long():
     mean_flat = sum(b * p for b, p in enumerate(flat))
     assert mean == pytest.approx(mean_flat, rel=1e-3)
     assert sum(b * b * p for b, p in enumerate(pi)) > sum(b * b * p for b, p in enumerate(flat)) * 1.2
+
+
+def test_stationary_distribution_against_closed_forms_and_by_balance():
+    # two states: pi = (b, a) / (a + b); a birth-death chain: detailed balance pi_k p_up = pi_k+1 p_down
+    assert _stationary([[0.7, 0.3], [0.1, 0.9]]) == pytest.approx([0.25, 0.75], rel=1e-14)
+    up, down = 0.3, 0.5
+    rows = [[1 - up, up, 0, 0], [down, 1 - up - down, up, 0], [0, down, 1 - up - down, up], [0, 0, down, 1 - down]]
+    ratio = [(up / down) ** k for k in range(4)]
+    assert _stationary(rows) == pytest.approx([r / sum(ratio) for r in ratio], rel=1e-13)
+    rng = random.Random(5)
+    for n in range(2, 14):
+        rows = [[rng.random() ** 3 for _ in range(n)] for _ in range(n)]
+        rows = [[x / sum(r) for x in r] for r in rows]
+        pi = _stationary(rows)
+        assert [sum(pi[i] * rows[i][j] for i in range(n)) for j in range(n)] == pytest.approx(pi, abs=1e-14)
+    # a state the chain never leaves downwards: what lies below it is transient
+    assert _stationary([[0.2, 0.8, 0.0], [0.1, 0.0, 0.9], [0.0, 0.0, 1.0]]) == [0.0, 0.0, 1.0]
+
+
+def test_busy_ranks_with_more_arrivals_than_any_iteration_drains():
+    # 2000 prompts an iteration: the chance of an iteration with none underflows, every rank stays busy, and the
+    # rate still keeps the work (lambda T(all) = m)
+    pi, lam = busy_ranks(8, 0.01, 0.02, 0.1, 2000.0, 1.5)
+    assert pi == [0.0] * 8 + [1.0]
+    assert lam == pytest.approx(2000.0 / 0.1, rel=1e-12)
 
 
 def test_iteration_queue_wait_with_iterations_spread_from_outside():
