@@ -46,10 +46,11 @@ micro-batches in flight.
   publishes that spread, p99 / mean TPOT 1.06-1.30, which the model puts at 1.05-1.28
   (``validate_perf.py --mlperf-latency``). Under attention-DP a prompt runs on its request's rank, and
   random arrivals land on random ranks (:func:`_placement`): an iteration's busiest rank paces it, so the
-  steady state's prompt iterations carry the busiest rank's expected prompt rather than an even share;
-  each rank queues its own prompts, and a prompt's own iterations carry the other ranks' prompts too
-  (``benchmarks/prompt_queue_sim.py``: TPOT 0.94-1.14x and mean wait 0.76-1.16x of a self-consistent
-  simulation of that scheduler, where an even spread gave 0.65-1.00x and a pooled queue 0.33-0.90x).
+  steady state runs over whole counts of prompts (or busy ranks) per iteration, each with its busiest rank,
+  rather than an even share; each rank queues its own prompts, and a prompt's own iterations carry the other
+  ranks' prompts too (``benchmarks/prompt_queue_sim.py``: TPOT 0.95-1.02x and mean wait 0.83-1.18x of a
+  self-consistent simulation of that scheduler, where an even spread gave 0.65-1.00x and a pooled queue
+  0.33-0.90x).
   Steady arrivals keep the even spread (fixed-length benchmark runs keep the ranks in step) and do not
   queue behind one another (``benchmarks/results/ttft_load.md`` measures steady and burst against
   published rows).
@@ -69,7 +70,8 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 from co_design.hardware import GPU, PRECISION_FIELDS, check_precision, get_gpu
 from co_design.perf.memory import max_batch, memory_breakdown
 from co_design.perf.ops import attention_head_dim, shards, step_ops, step_time
-from co_design.perf.queueing import busy_ranks, iteration_queue_wait, poisson_quantile, rank_prompt_load
+from co_design.perf.queueing import (busy_ranks, grouped_counts, iteration_queue_wait, poisson_quantile,
+                                    prompt_counts)
 from co_design.perf.types import SLO, Deployment, OpCost, Prediction, Runtime
 
 if TYPE_CHECKING:
@@ -199,13 +201,12 @@ def _ttft(arch: "Architecture", gpu: GPU, dep: Deployment, a_dp: int, b: int, wi
             own = kw["prefill_tokens"]
             others = (placement.after_busy if 0 < n_kind == len(kinds) - 1 else
                       placement.busy if 2 * own >= placement.room else placement.idle)
-            split = others.beside(own, kw)
-            if len(split) == 1:
-                met.append((w, w99, kw))
-                continue
-            (p_none, alone), (p_some, beside) = split
-            met += [(w * p_none, 0.0 if p_none <= 0.99 else w99, alone),
-                    (w * p_some, w99 if p_none <= 0.99 else 0.0, beside)]
+            p_none = others.p_none
+            for (share, tokens, _), (_, step) in zip(others.parts, others.beside(own, kw)):
+                if tokens <= 0:
+                    met.append((w * share, w99 if p_none > 0.99 else 0.0, step))
+                else:  # the p99 request meets what the others carry when they carry some
+                    met.append((w * share, 0.0 if p_none > 0.99 else w99 * share / (1 - p_none), step))
         kinds = met
     pf_s, pf99_s, pf_ops = 0.0, 0.0, []
     for weight, weight99, kw in kinds:
@@ -239,36 +240,42 @@ def _round_s(arch: "Architecture", gpu: GPU, dep: Deployment, b: int, context: f
 
 @dataclasses.dataclass(frozen=True)
 class _Others:
-    """What one attention-DP rank meets on the other ranks in an iteration: in a share ``p_none`` of iterations
-    no prompt tokens; in the rest ``tokens`` of them on average, ``busiest`` on the busiest other rank."""
+    """Prompt tokens on attention-DP ranks in an iteration, as ``(share, tokens, busiest)`` rows: in that share of
+    iterations they carry ``tokens``, ``busiest`` of them on the busiest rank (the rows' shares sum to 1; a row of
+    no tokens is the iterations with none). Whole prompts or chunks, not their mean (a step's time jumps from one
+    to two: :func:`co_design.perf.queueing.prompt_counts`)."""
 
-    p_none: float
-    tokens: float
-    busiest: float
+    parts: tuple[tuple[float, float, float], ...]
+
+    @property
+    def p_none(self) -> float:
+        """The share of iterations with no prompt tokens."""
+        return sum(share for share, tokens, _ in self.parts if tokens <= 0)
 
     def beside(self, own: float, kw: dict) -> list[tuple[float, dict]]:
-        """The step kwargs ``kw`` of an iteration in which this rank carries ``own`` prompt tokens, as ``(weight,
-        step kwargs)`` over what it meets: the busiest rank's attention paces the step, every rank's tokens ride
-        through the experts."""
-        if self.p_none >= 1:
-            return [(1.0, kw)]
-        total = own + self.tokens
-        return [(w, k) for w, k in ((self.p_none, kw), (1 - self.p_none, dict(
-            kw, prefill_tokens=total, prompt_ranks=total / max(own, self.busiest)))) if w > 0]
+        """The step kwargs ``kw`` of an iteration in which one rank carries ``own`` prompt tokens, these being the
+        other ranks', as ``(share, step kwargs)`` rows: the busiest rank's attention paces the step, every rank's
+        tokens ride through the experts."""
+        return [(share, kw if tokens <= 0 else dict(kw, prefill_tokens=own + tokens,
+                                                     prompt_ranks=(own + tokens) / max(own, busiest)))
+                for share, tokens, busiest in self.parts]
+
+
+def _counted(pmf: list[float], tokens: float) -> _Others:
+    """:class:`_Others` of ``pmf[j]`` (weights) over ``j`` ranks each carrying a piece of ``tokens``."""
+    return _Others(tuple((share, count * tokens, tokens if count else 0.0)
+                         for share, count in grouped_counts(pmf)))
 
 
 @dataclasses.dataclass(frozen=True)
 class _Placement:
     """Prompt tokens on the attention-DP ranks of a replica under Poisson arrivals, each prompt on its request's
-    rank (a rank's ``room`` per iteration, ``max_num_tokens`` less its share of the decode tokens): all ranks
-    carry none in a share ``p_none`` of iterations, ``tokens`` in the rest on average with ``busiest`` on the
-    busiest rank; ``busy`` is what a rank carrying a full chunk of its own meets on the others, ``idle`` what a
-    rank carrying none meets, ``after_busy`` what it meets in the next iteration."""
+    rank (a rank's ``room`` per iteration, ``max_num_tokens`` less its share of the decode tokens): ``all`` is what
+    every rank together carries in an iteration, ``busy`` what a rank carrying a full chunk of its own meets on
+    the others, ``idle`` what a rank carrying none meets, ``after_busy`` what it meets in the next iteration."""
 
     room: float
-    p_none: float
-    tokens: float
-    busiest: float
+    all: _Others
     busy: _Others
     idle: _Others
     after_busy: _Others  # what a rank meets in the iteration after one with a full chunk of its own
@@ -276,29 +283,30 @@ class _Placement:
 
 def _placement(arch: "Architecture", gpu: GPU, dep: Deployment, b: int, context: float) -> _Placement | None:
     """Where the prompts of a replica of ``b`` requests land under Poisson arrivals and attention-DP (None
-    otherwise). Each rank receives ``mean = b / pp x ISL / OSL / a_dp`` prompt tokens per iteration on average.
-    Prompts up to half a rank's room ride whole, a Poisson count per rank, independently
-    (:func:`co_design.perf.queueing.rank_prompt_load`). Longer ones keep their rank busy with one piece of at
+    otherwise). The replica receives ``b / pp / OSL`` prompts per iteration on average. Prompts up to half a
+    rank's room ride whole, a Poisson count per iteration, each on a random rank
+    (:func:`co_design.perf.queueing.prompt_counts`). Longer ones keep their rank busy with one piece of at
     most the room (``chunk``) for ``ISL / chunk`` iterations, and the busy ranks cluster, a long iteration
     admitting many prompts at once (:func:`co_design.perf.queueing.busy_ranks`, on the rounds with none, one
     and every rank busy, ``b / OSL`` prompts a round); a rank with a piece meets the others as the size-biased
     busy count leaves them, a rank with none as the rest, and the iteration after one with a piece as the
-    chain moves on from it.
+    chain moves on from it. Every view is a distribution over whole prompts or busy ranks.
     ``benchmarks/prompt_queue_sim.py`` checks the steady state and the waits against a simulated scheduler."""
     ranks = shards(arch, dep).a_dp
     if dep.arrivals != "poisson" or ranks <= 1:
         return None
     rt, mb = dep.runtime, b / dep.pp
     room = _rank_room(rt, mb, ranks)
-    mean = mb * dep.isl / dep.osl / ranks
+    per_rank = mb / dep.osl / ranks  # prompts a rank receives per iteration
     if 2 * dep.isl <= room:
-        p_none, busiest = rank_prompt_load(mean, dep.isl, room, ranks)
-        o_none, o_busiest = rank_prompt_load(mean, dep.isl, room, ranks - 1)
-        others = _Others(o_none, (ranks - 1) * mean / (1 - o_none), o_busiest / (1 - o_none)) if o_none < 1 else \
-            _Others(1.0, 0.0, 0.0)
-        tokens = ranks * mean / (1 - p_none) if p_none < 1 else 0.0
-        return _Placement(room, p_none, tokens, busiest / (1 - p_none) if p_none < 1 else 0.0, others, others,
-                          others)
+        fits = int(room // dep.isl)
+
+        def carried(n_ranks: int) -> _Others:
+            return _Others(tuple((share, n * dep.isl, busiest * dep.isl)
+                                 for share, n, busiest in prompt_counts(n_ranks * per_rank, n_ranks, fits)))
+
+        others = carried(ranks - 1)
+        return _Placement(room, carried(ranks), others, others, others)
     # a prompt over half the room: a rank holds one piece of it per iteration, `chunk` tokens, for ISL / chunk
     # iterations
     chunk = min(float(dep.isl), room)
@@ -307,35 +315,26 @@ def _placement(arch: "Architecture", gpu: GPU, dep: Deployment, b: int, context:
     slope = (_round_s(arch, gpu, dep, b, context, host, ranks * chunk, float(ranks)) - t1) / (ranks - 1)
     stay = 1.0 - chunk / dep.isl  # a busy rank's chance to stay busy next iteration
     pi, rate = busy_ranks(ranks, t0, t1, t1 + (ranks - 1) * slope, b / dep.osl, dep.isl / chunk)
-
-    def others(weights: list[float]) -> _Others:
-        """The others' busy count ``j`` weighted by ``weights[j]``."""
-        total = sum(weights)
-        none = weights[0] / total if total > 0 else 1.0
-        if none >= 1:
-            return _Others(1.0, 0.0, 0.0)
-        some = sum(j * w for j, w in enumerate(weights)) / (total - weights[0])
-        return _Others(none, some * chunk, chunk)
-
     # a busy rank sees b - 1 others busy with weight b pi[b]; an idle rank b with weight (ranks - b) pi[b]
-    busy = others([(j + 1) * pi[j + 1] for j in range(ranks)])
-    idle = others([(ranks - j) * pi[j] for j in range(ranks)])
+    busy = _counted([(j + 1) * pi[j + 1] for j in range(ranks)], chunk)
+    idle = _counted([(ranks - j) * pi[j] for j in range(ranks)], chunk)
     # the next iteration after one with B busy ranks, this one among them: the B - 1 others each stay busy with
-    # probability `stay`, and a Poisson count of mean rate x T(B) new prompts starts (capped at the others)
-    weight = none = more = 0.0
+    # probability `stay`, and a Poisson count of mean rate x T(B) new prompts starts, capped at the others
+    after = [0.0] * ranks
     for busy_now in range(1, ranks + 1):
         w = busy_now * pi[busy_now]
         if w <= 0:
             continue
         new = rate * (t1 + (busy_now - 1) * slope)
-        weight += w
-        none += w * (1 - stay) ** (busy_now - 1) * math.exp(-new)
-        more += w * min(ranks - 1, (busy_now - 1) * stay + new)
-    after = _Others(none / weight, more / (weight - none) * chunk, chunk) if weight > none else \
-        _Others(1.0, 0.0, 0.0)
-    p_none = pi[0]
-    some = sum(j * p for j, p in enumerate(pi)) / (1 - p_none) if p_none < 1 else 0.0
-    return _Placement(room, p_none, some * chunk, chunk, busy, idle, after)
+        arrive = [math.exp(-new)]
+        for k in range(1, ranks):
+            arrive.append(arrive[-1] * new / k)
+        for kept in range(busy_now):
+            pk = w * math.comb(busy_now - 1, kept) * stay ** kept * (1 - stay) ** (busy_now - 1 - kept)
+            for k, pa in enumerate(arrive[:ranks - 1 - kept]):
+                after[kept + k] += pk * pa
+            after[ranks - 1] += pk * max(0.0, 1.0 - sum(arrive[:ranks - 1 - kept]))
+    return _Placement(room, _counted(pi, chunk), busy, idle, _counted(after, chunk))
 
 
 def _host_s(rt: Runtime, b: float, a_dp: int, passes: int = 1) -> float:
@@ -430,11 +429,11 @@ def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica
         n_pieces = math.ceil(dep.isl / room - 1e-9)  # a prompt: n_pieces - 1 full chunks of `room`, then the rest
         q = prompt / dep.isl  # prompts admitted per iteration
         if placement is not None:
-            # Poisson arrivals under attention-DP, each prompt on its request's rank: no prompt in a share p_none
-            # of iterations, and in the rest the busiest rank's attention paces the step (_placement)
+            # Poisson arrivals under attention-DP, each prompt on its request's rank: the iterations by their
+            # whole count of prompts (or busy ranks), the busiest rank's attention pacing each (_placement)
             kinds = [(w, dict(decode=mb, context=context, prefill_tokens=tokens, prefill_len=dep.isl,
-                              prompt_ranks=tokens / placement.busiest if tokens else None))
-                     for w, tokens in ((placement.p_none, 0.0), (1.0 - placement.p_none, placement.tokens)) if w > 0]
+                              prompt_ranks=tokens / busiest if tokens else None))
+                     for w, tokens, busiest in placement.all.parts]
         elif q * n_pieces >= 1.0:
             kinds = [(1.0, dict(decode=mb, context=context, prefill_tokens=prompt, prefill_len=dep.isl))]
         else:

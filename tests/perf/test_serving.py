@@ -11,7 +11,7 @@ from co_design.perf import (SLO, Deployment, Prediction, Runtime, max_throughput
                             shape_advice)
 from co_design.perf.memory import activation_bytes_per_gpu, kv_bytes_per_request, weights_bytes_per_gpu
 from co_design.perf.ops import step_ops, step_time
-from co_design.perf.queueing import iteration_queue_wait, poisson_quantile, rank_prompt_load
+from co_design.perf.queueing import iteration_queue_wait, poisson_quantile, prompt_counts
 
 SMALL = Architecture(hidden=2048, layers=4, heads=16, kv_heads=4, ffn=8192, vocab=32000, name="small")
 MOE = Architecture(hidden=2048, layers=4, heads=16, kv_heads=4, ffn=768, vocab=32000, experts=64,
@@ -818,19 +818,23 @@ def test_poisson_prompts_land_on_random_attention_dp_ranks():
     poisson = steady.replace(arrivals="poisson")
     gpu, rt = get_gpu("h100"), Runtime()
     a, p = predict(MOE, gpu, steady), predict(MOE, gpu, poisson)
-    # short prompts (at most half a rank's room): a Poisson count per rank, independently (rank_prompt_load)
-    mean = 256 * 512 / 256 / 4  # prompt tokens per rank per iteration
+    # short prompts (at most half a rank's room): a Poisson count of whole prompts per iteration, each on a random
+    # rank (prompt_counts), the step costed at each count, not at the mean count
     room = math.floor(rt.max_num_tokens - 256 / 4)
-    p_none, busiest = rank_prompt_load(mean, 512, room, 4)
+    rows = prompt_counts(256 / 256, 4, room // 512)  # one prompt per iteration on average
+    assert [n for _, n, _ in rows[:3]] == [0, 1, 2] and rows[2][2] == pytest.approx(1 + 1 / 4, rel=1e-12)
     host = rt.iteration_overhead_s + rt.request_overhead_s * 256 / 4
 
     def step(tokens, ranks=None):
         return sum(step_time(MOE, gpu, poisson, decode=256, context=512 + 128, prefill_tokens=tokens, prefill_len=512,
                              prompt_ranks=ranks).values())
 
-    tokens = 4 * mean / (1 - p_none)
-    assert p.tpot_s == pytest.approx(p_none * step(0) + (1 - p_none) * step(tokens, tokens * (1 - p_none) / busiest)
-                                     + host, rel=1e-12)
+    by_hand = sum(share * step(n * 512, n / busiest if n else None) for share, n, busiest in rows)
+    assert p.tpot_s == pytest.approx(by_hand + host, rel=1e-12)
+    # the step at the mean count of those with some (1.58 prompts) is not the mean step
+    some = sum(share * n for share, n, _ in rows[1:]) / (1 - rows[0][0])
+    at_mean = rows[0][0] * step(0) + (1 - rows[0][0]) * step(some * 512, some / rows[2][2])
+    assert abs(at_mean + host - p.tpot_s) > 1e-3 * p.tpot_s
     assert p.tpot_s > a.tpot_s  # the busiest rank's prompts, not a quarter of all of them
     assert any(n.startswith("Poisson arrivals: prompts keep each attention-DP rank busy") for n in p.notes)
     # without attention-DP nothing changes but the queue: the prompt work spreads over the TP ranks anyway
