@@ -47,14 +47,20 @@ from co_design.perf.queueing import iteration_queue_wait, md1_mean_wait, md1_wai
 
 
 def simulate_queue(rate: float, isl: int, room: float, iteration_s: Callable[[int, int], float], requests: int,
-                   seed: int = 1, ranks: int = 1, stats: dict[str, float] | None = None) -> list[float]:
+                   seed: int = 1, ranks: int = 1, stats: dict[str, float] | None = None, router: str = "random",
+                   osl: int = 0) -> list[float]:
     """Waits (seconds) of ``requests`` Poisson arrivals (``rate`` per second) of ``isl``-token prompts through an
     iteration-level first-come-first-served chunked-prefill scheduler whose iteration with ``x`` prompt tokens,
     ``y`` of them on the busiest rank, takes ``iteration_s(x, y)`` seconds: each TTFT less the prompt's own
     iterations from an iteration's end with nothing ahead of it. ``ranks`` attention-DP ranks: each arrival goes
     to a rank drawn at random, and each rank fills its own ``room`` per iteration from its own queue; the
-    iteration, shared by all ranks, carries every rank's tokens. ``stats``, when given, receives the mean
-    iteration length (``mean_iteration_s``)."""
+    iteration, shared by all ranks, carries every rank's tokens. ``router`` "balanced" routes as TensorRT-LLM's
+    default attention-DP router does (``DefaultADPRouter``: each request, when the scheduler fetches it at an
+    iteration's end, goes to the rank with the fewest active requests, ties to the lowest rank; with one prompt
+    length its token count orders the ranks as their request count), a request staying active until ``osl``
+    iterations after its first token. ``stats``, when given, receives the mean iteration length
+    (``mean_iteration_s``) and, over the iterations that carry prompt tokens, the mean of their busiest rank's
+    (``mean_busiest_tokens``)."""
     cache: dict[tuple[int, int], float] = {}
 
     def length(tokens: float, busiest: float) -> float:
@@ -66,21 +72,33 @@ def simulate_queue(rate: float, isl: int, room: float, iteration_s: Callable[[in
     chunks, rest = divmod(isl, room)
     alone = chunks * length(room, room) + (length(rest, rest) if rest else 0.0)
     rng = random.Random(seed)
+    if router not in ("random", "balanced") or router == "balanced" and osl < 1:
+        raise ValueError(f"router={router!r} must be 'random' or 'balanced' (with osl={osl} >= 1)")
     arrivals, t = [], 0.0
     for _ in range(requests):
         t += rng.expovariate(rate)
         arrivals.append((t, rng.randrange(ranks) if ranks > 1 else 0))
+    active = [0] * ranks  # balanced: requests on each rank, from routing until osl iterations after the first token
+    leaving: dict[int, list[int]] = {}  # iteration -> ranks whose requests finish then
     queues: list[list[list[float]]] = [[] for _ in range(ranks)]  # per rank: [arrival, prompt tokens left]
     waits: list[float] = []
-    clock, nxt, iterations = 0.0, 0, 0
+    clock, nxt, iterations, carrying, busiest_sum = 0.0, 0, 0, 0, 0.0
     while len(waits) < requests:
+        for rank in leaving.pop(iterations, ()):
+            active[rank] -= 1
         while nxt < requests and arrivals[nxt][0] <= clock:
-            queues[arrivals[nxt][1]].append([arrivals[nxt][0], float(isl)])
+            rank = arrivals[nxt][1]
+            if router == "balanced":
+                rank = min(range(ranks), key=lambda r: (active[r], r))
+                active[rank] += 1
+            queues[rank].append([arrivals[nxt][0], float(isl), rank])
             nxt += 1
         if not any(queues):  # decode-only iterations until the next arrival (it joins at an iteration's end)
             while clock < arrivals[nxt][0]:
                 clock += length(0, 0)
                 iterations += 1
+                for rank in leaving.pop(iterations, ()):
+                    active[rank] -= 1
             continue
         fills, done = [], []
         for queue in queues:
@@ -96,11 +114,17 @@ def simulate_queue(rate: float, isl: int, room: float, iteration_s: Callable[[in
             done.append(finished)
         clock += length(sum(fills), max(fills))
         iterations += 1
+        if max(fills) > 0:
+            carrying, busiest_sum = carrying + 1, busiest_sum + max(fills)
         for queue, finished in zip(queues, done):
             waits += [clock - q[0] - alone for q in queue[:finished]]
+            if router == "balanced":
+                for q in queue[:finished]:
+                    leaving.setdefault(iterations + osl, []).append(q[2])
             del queue[:finished]
     if stats is not None:
         stats["mean_iteration_s"] = clock / iterations
+        stats["mean_busiest_tokens"] = busiest_sum / carrying if carrying else 0.0
     return waits
 
 
@@ -206,7 +230,7 @@ def pooled_wait(arch: Architecture, gpu_name: str, p: Prediction) -> tuple[float
 
 
 def self_consistent(arch: Architecture, gpu_name: str, p: Prediction, requests: int, seed: int = 1,
-                    steps: int = 14) -> tuple[float, float, list[float]]:
+                    steps: int = 14, router: str = "balanced") -> tuple[float, float, list[float]]:
     """``(rate, mean iteration seconds, waits)`` of the simulated scheduler at its own steady state: the Poisson
     rate at which the replica's requests in flight, each emitting one token per iteration, finish as fast as they
     arrive (``rate = b / (OSL x E[T])``, ``E[T]`` the simulated mean iteration), found by bisection."""
@@ -216,7 +240,7 @@ def self_consistent(arch: Architecture, gpu_name: str, p: Prediction, requests: 
 
     def run(rate: float) -> tuple[float, list[float]]:
         stats: dict[str, float] = {}
-        waits = simulate_queue(rate, d.isl, room, iteration_s, requests, seed, ranks, stats)
+        waits = simulate_queue(rate, d.isl, room, iteration_s, requests, seed, ranks, stats, router, d.osl)
         return stats["mean_iteration_s"], waits
 
     lo, hi = 0.0, b / (d.osl * iteration_s(0, 0))  # at hi the iterations would have to be decode-only
@@ -333,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         before = pooled_wait(arch, gpu, even)  # at the rate the even spread's TPOT gives
         rate, mean_iteration, waits = self_consistent(arch, gpu, p, args.requests)
         waits.sort()
+        random_waits = sorted(self_consistent(arch, gpu, p, args.requests, router="random")[2])
         adp.append({"case": name, "tpot_ms": {"predicted": p.tpot_s * 1e3, "even_spread": even.tpot_s * 1e3,
                                               "simulated": mean_iteration * 1e3},
                     "rate_per_s": {"predicted": p.batch / (p.deployment.osl * p.tpot_s), "simulated": rate},
@@ -340,29 +365,37 @@ def main(argv: list[str] | None = None) -> int:
                                             "p99": (p.ttft_p99_s - even.ttft_s) * 1e3},
                     "pooled_wait_ms": {"mean": before[0] * 1e3, "p99": before[1] * 1e3},
                     "simulated_wait_ms": {"mean": statistics.fmean(waits) * 1e3,
-                                          "p99": waits[int(0.99 * len(waits))] * 1e3}})
+                                          "p99": waits[int(0.99 * len(waits))] * 1e3},
+                    "simulated_random_ranks_wait_ms": {"mean": statistics.fmean(random_waits) * 1e3,
+                                                       "p99": random_waits[int(0.99 * len(random_waits))] * 1e3}})
     adp_ratio = {(form, stat): [it[form][stat] / it["simulated_wait_ms"][stat] for it in adp]
-                 for form in ("closed_form_wait_ms", "pooled_wait_ms") for stat in ("mean", "p99")}
+                 for form in ("closed_form_wait_ms", "pooled_wait_ms", "simulated_random_ranks_wait_ms")
+                 for stat in ("mean", "p99")}
     tpot_ratio = {form: [it["tpot_ms"][form] / it["tpot_ms"]["simulated"] for it in adp]
                   for form in ("predicted", "even_spread")}
-    L += ["", "## Attention-DP: prompts on random ranks", "",
+    L += ["", "## Attention-DP: prompts on the ranks the router picks", "",
           "Under attention-DP a request's prompt runs on the rank that holds the request, each rank fills its own "
           "`max_num_tokens` from its own queue, and an iteration, shared by all ranks, lasts as long as its "
           "prompt tokens make it (the busiest rank's attention, every rank's tokens through the experts). The "
-          "simulation sends each arrival to a rank drawn at random, at the rate at which its own mean iteration "
-          "keeps the requests in flight finishing as fast as they arrive (`self_consistent`). `predict` "
-          "(`arrivals=\"poisson\"`) places prompts the same way in closed form "
+          "simulation routes each request as TensorRT-LLM's default attention-DP router does "
+          "(`tensorrt_llm/_torch/pyexecutor/scheduler/adp_router.py`, `DefaultADPRouter`: when the scheduler "
+          "fetches it at an iteration's end, to the rank with the fewest active requests, ties to the lowest "
+          "rank; a request stays active until OSL iterations after its first token), at the rate at which its "
+          "own mean iteration keeps the requests in flight finishing as fast as they arrive (`self_consistent`). "
+          "`predict` (`arrivals=\"poisson\"`) places prompts the same way in closed form "
           "(`co_design.perf.queueing.prompt_counts`, `busy_ranks`): the steady state over whole counts of prompts "
-          "(or busy ranks) per iteration, each with its busiest rank, a queue per rank, and the prompt's own "
-          "iterations beside the other ranks' prompts. "
+          "(or busy ranks) per iteration, the busiest rank carrying `ceil(n / ranks)` of `n`, a queue per rank, "
+          "and the prompt's own iterations beside the other ranks' prompts. "
           "Before, it spread every prompt evenly over the ranks (as `arrivals=\"steady\"` still does: the "
           "fixed-length benchmark runs keep the ranks in step) and pooled the ranks' room into one queue. "
           f"TPOT predicted / simulated: {_range(tpot_ratio['predicted'])} (spread evenly: "
           f"{_range(tpot_ratio['even_spread'])}). Wait, closed form / simulated: mean "
           f"{_range(adp_ratio['closed_form_wait_ms', 'mean'])}, p99 {_range(adp_ratio['closed_form_wait_ms', 'p99'])} "
           f"(pooled: mean {_range(adp_ratio['pooled_wait_ms', 'mean'])}, p99 "
-          f"{_range(adp_ratio['pooled_wait_ms', 'p99'])}). The wait counts from arrival to first token, less the "
-          "prompt's own iterations with no other prompt beside it.", "",
+          f"{_range(adp_ratio['pooled_wait_ms', 'p99'])}). Routed to random ranks instead, the simulated waits "
+          f"are {_range(adp_ratio['simulated_random_ranks_wait_ms', 'mean'])} as long (mean) and "
+          f"{_range(adp_ratio['simulated_random_ranks_wait_ms', 'p99'])} (p99). The wait counts from arrival to first "
+          "token, less the prompt's own iterations with no other prompt beside it.", "",
           "| case | TPOT ms (predicted / spread evenly / simulated) | wait mean ms (closed / pooled / simulated) "
           "| wait p99 ms (closed / pooled / simulated) |", "|---|---:|---:|---:|"]
     for it in adp:

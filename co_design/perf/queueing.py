@@ -65,11 +65,13 @@ properties), and below that can dip a few per cent as a rare shared iteration be
 less rare.
 
 Attention-DP ranks (:func:`prompt_counts`, :func:`busy_ranks`): each prompt runs on its
-request's rank, and random arrivals land on random ranks, so an iteration carries prompt
+request's rank, and the runtime's router sends each request to the rank with the fewest
+active requests, but random arrivals come a few at a time, so an iteration carries prompt
 tokens on some ranks and none on others, and its busiest rank paces it. Prompts up to half a
-rank's room: a Poisson count of prompts per iteration, each on a random rank, in whole counts. Longer ones: a Markov chain of the
-number of busy ranks, in which a long iteration admits many prompts at once, so busy ranks
-cluster. A rank's queue (:func:`iteration_queue_wait` with ``outside``) sees iterations
+rank's room: a Poisson count of prompts per iteration, the busiest rank carrying
+``ceil(n / ranks)`` of ``n``, in whole counts. Longer ones: a Markov chain of the number of
+busy ranks, each new prompt on a rank of its own, in which a long iteration admits many
+prompts at once, so busy ranks cluster. A rank's queue (:func:`iteration_queue_wait` with ``outside``) sees iterations
 spread by the other ranks' prompts.
 
 Units: seconds for service and iteration times and the waits, prompts per second for
@@ -79,9 +81,9 @@ arrival rates, tokens for prompt sizes and room; ``rho`` is the server's busy fr
 
 from __future__ import annotations
 
-import functools
 import math
 import statistics
+from collections.abc import Callable
 
 __all__ = ["md1_mean_wait", "md1_wait_quantile", "md1_wait_variance", "gamma_quantile", "poisson_quantile",
            "iteration_queue_wait", "prompt_counts", "grouped_counts", "busy_ranks"]
@@ -254,67 +256,38 @@ def poisson_quantile(mean: float, q: float) -> float:
 _PARTS = 5  # rows at most of a prompt-count distribution (each is a step for the caller to cost)
 
 
-@functools.lru_cache(maxsize=4096)
-def _busiest_count(n: int, ranks: int, cap: int) -> float:
-    """Expected prompts on the busiest of ``ranks`` ranks, counting at most ``cap`` on a rank, when ``n`` prompts
-    land on them at random, each rank alike. Exact up to 16 prompts, ``P(max <= k) = n! / ranks^n [x^n]
-    (sum_{i <= k} x^i / i!)^ranks``; beyond, with the ranks' counts as independent Poisson counts of mean
-    ``n / ranks`` (within 3 % of a simulation at 17-64 prompts on 4-16 ranks, ``tests/perf/test_queueing.py``)."""
-    if n <= 0:
-        return 0.0
-    top = min(n, cap)
-    if ranks == 1:
-        return float(top)
-    busiest = 0.0
-    if n <= 16:
-        scale = math.factorial(n) / ranks ** n
-        for k in range(top):  # E[min(max, cap)] = sum over k < cap of P(max > k)
-            if k * ranks < n:
-                busiest += 1.0
-                continue
-            terms = [1.0 / math.factorial(i) for i in range(k + 1)]
-            poly = [1.0]
-            for _ in range(ranks):
-                grown = [0.0] * min(n + 1, len(poly) + k)
-                for i, c in enumerate(poly):
-                    for j in range(min(k, n - i) + 1):
-                        grown[i + j] += c * terms[j]
-                poly = grown
-            busiest += 1.0 - poly[n] * scale
-        return busiest
-    mu = n / ranks
-    pmf, cdf = math.exp(-mu), 0.0
-    for k in range(top):
-        cdf += pmf
-        busiest += 1.0 - min(1.0, cdf) ** ranks
-        pmf *= mu / (k + 1)
-    return busiest
-
-
-def grouped_counts(pmf: list[float], parts: int = _PARTS) -> list[tuple[float, float]]:
-    """``[(share, count), ...]`` of a distribution over counts, ``pmf[count]`` (weights, normalized here), in at most
-    ``parts`` rows: count 0 on its own, the others each on its own where they fit, else in groups of about equal
-    share at their mean count (which keeps the mean)."""
+def grouped_counts(pmf: list[float], parts: int = _PARTS,
+                   value: Callable[[int], float] | None = None) -> list[tuple[float, float, float]]:
+    """``[(share, count, value), ...]`` of a distribution over counts, ``pmf[count]`` (weights, normalized here), in
+    at most ``parts`` rows: count 0 on its own, the others each on its own where they fit, else in groups of
+    about equal share at their mean count (which keeps the mean) and the mean of ``value(count)`` over the group
+    (``value`` None: the count)."""
+    value = value or float
     total = sum(pmf)
-    rows = [(pmf[0] / total, 0.0)] if pmf[0] > 1e-12 * total else []
-    counts = [(p / total, float(k)) for k, p in enumerate(pmf) if k and p > 0]
+    rows = [(pmf[0] / total, 0.0, value(0))] if pmf[0] > 1e-12 * total else []
+    counts = [(p / total, k) for k, p in enumerate(pmf) if k and p > 0]
     if len(counts) < parts:
-        return rows + counts
+        return rows + [(p, float(k), value(k)) for p, k in counts]
     target = sum(p for p, _ in counts) / (parts - 1)
-    share = weighted = 0.0
+    share = weighted = valued = 0.0
     for p, k in counts:
-        share, weighted = share + p, weighted + p * k
+        share, weighted, valued = share + p, weighted + p * k, valued + p * value(k)
         if share >= target * (1 - 1e-9) and len(rows) < parts - 1 or k == counts[-1][1]:
-            rows.append((share, weighted / share))
-            share = weighted = 0.0
+            rows.append((share, weighted / share, valued / share))
+            share = weighted = valued = 0.0
     return rows
 
 
 def prompt_counts(mean_prompts: float, ranks: int, fits: int, parts: int = _PARTS) -> list[tuple[float, float, float]]:
     """``[(share, prompts, busiest), ...]``: the prompts one iteration of ``ranks`` attention-DP ranks carries when
-    requests arrive at random and each prompt runs on its request's rank, ``mean_prompts`` per iteration over all
-    ranks on average (a Poisson count), each row a share of iterations, its count of prompts and the expected
-    count on the busiest rank (a rank holds at most ``fits``); the first row is the iterations with none.
+    requests arrive at random, ``mean_prompts`` per iteration over all ranks on average (a Poisson count), each
+    row a share of iterations, its count of prompts and the count on the busiest rank; the first row is the
+    iterations with none.
+
+    The runtime routes each request to the rank with the fewest active requests (TensorRT-LLM's default
+    attention-DP router, ``tensorrt_llm/_torch/pyexecutor/scheduler/adp_router.py``, ``DefaultADPRouter``: a heap
+    on the ranks' active prompt tokens, then requests, then rank), so the ``n`` prompts admitted together land on
+    ``n`` ranks and the busiest carries ``ceil(n / ranks)`` (at most ``fits``, a rank's room in prompts).
 
     Whole counts, not their mean: a step's time jumps from one prompt to two (the expert GEMMs' tiles, the
     busiest rank's attention), so the step at the mean count is not the mean step (the mean count, 1.3 prompts
@@ -330,7 +303,7 @@ def prompt_counts(mean_prompts: float, ranks: int, fits: int, parts: int = _PART
     lo, hi = max(0, math.floor(mean_prompts - spread)), math.ceil(mean_prompts + spread)
     log_m = math.log(mean_prompts)
     pmf = [0.0] * lo + [math.exp(k * log_m - mean_prompts - math.lgamma(k + 1)) for k in range(lo, hi + 1)]
-    return [(share, count, _busiest_count(round(count), ranks, fits)) for share, count in grouped_counts(pmf, parts)]
+    return grouped_counts(pmf, parts, lambda n: float(min(-(-n // ranks), fits)))
 
 
 def _stationary(rows: list[list[float]]) -> list[float]:

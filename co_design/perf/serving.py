@@ -44,13 +44,14 @@ micro-batches in flight.
   ``Prediction.tpot_p99_s`` takes that count's 99th percentile (the p99 over requests of their mean
   TPOT, as MLPerf limits it; steady and burst arrivals give every request the mean). MLPerf Server
   publishes that spread, p99 / mean TPOT 1.06-1.30, which the model puts at 1.05-1.28
-  (``validate_perf.py --mlperf-latency``). Under attention-DP a prompt runs on its request's rank, and
-  random arrivals land on random ranks (:func:`_placement`): an iteration's busiest rank paces it, so the
+  (``validate_perf.py --mlperf-latency``). Under attention-DP a prompt runs on its request's rank, the
+  runtime's router spreading the requests over the ranks, but random arrivals come a few at a time
+  (:func:`_placement`): an iteration's busiest rank paces it, so the
   steady state runs over whole counts of prompts (or busy ranks) per iteration, each with its busiest rank,
   rather than an even share; each rank queues its own prompts, and a prompt's own iterations carry the other
-  ranks' prompts too (``benchmarks/prompt_queue_sim.py``: TPOT 0.95-1.02x and mean wait 0.83-1.18x of a
-  self-consistent simulation of that scheduler, where an even spread gave 0.65-1.00x and a pooled queue
-  0.33-0.90x).
+  ranks' prompts too (``benchmarks/prompt_queue_sim.py``: TPOT 0.98-1.02x and mean wait 0.90-1.21x of a
+  self-consistent simulation of that scheduler and router, where an even spread gives 0.66-1.01x and a
+  pooled queue 0.34-0.92x).
   Steady arrivals keep the even spread (fixed-length benchmark runs keep the ranks in step) and do not
   queue behind one another (``benchmarks/results/ttft_load.md`` measures steady and burst against
   published rows).
@@ -264,7 +265,7 @@ class _Others:
 def _counted(pmf: list[float], tokens: float) -> _Others:
     """:class:`_Others` of ``pmf[j]`` (weights) over ``j`` ranks each carrying a piece of ``tokens``."""
     return _Others(tuple((share, count * tokens, tokens if count else 0.0)
-                         for share, count in grouped_counts(pmf)))
+                         for share, count, _ in grouped_counts(pmf)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,8 +285,8 @@ class _Placement:
 def _placement(arch: "Architecture", gpu: GPU, dep: Deployment, b: int, context: float) -> _Placement | None:
     """Where the prompts of a replica of ``b`` requests land under Poisson arrivals and attention-DP (None
     otherwise). The replica receives ``b / pp / OSL`` prompts per iteration on average. Prompts up to half a
-    rank's room ride whole, a Poisson count per iteration, each on a random rank
-    (:func:`co_design.perf.queueing.prompt_counts`). Longer ones keep their rank busy with one piece of at
+    rank's room ride whole, a Poisson count per iteration routed each to the rank with the fewest active
+    requests (:func:`co_design.perf.queueing.prompt_counts`). Longer ones keep their rank busy with one piece of at
     most the room (``chunk``) for ``ISL / chunk`` iterations, and the busy ranks cluster, a long iteration
     admitting many prompts at once (:func:`co_design.perf.queueing.busy_ranks`, on the rounds with none, one
     and every rank busy, ``b / OSL`` prompts a round); a rank with a piece meets the others as the size-biased
