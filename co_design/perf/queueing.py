@@ -337,8 +337,9 @@ def _stationary(rows: list[list[float]]) -> list[float]:
 def busy_ranks(ranks: int, idle_s: float, one_s: float, all_s: float, prompts_per_iteration: float,
                iterations_per_prompt: float) -> tuple[list[float], float]:
     """``(pi, lambda)``: the stationary distribution ``pi[B]`` of the number ``B`` of attention-DP ranks that carry
-    a piece of a long prompt in an iteration, when prompts arrive at random (Poisson), each on a random rank, and
-    keep it busy ``iterations_per_prompt`` (>= 1) iterations, and the arrival rate ``lambda`` (prompts per second).
+    a piece of a long prompt in an iteration, when prompts arrive at random (Poisson), each new one on a rank of
+    its own (the runtime's router sends a request to a rank with the fewest active requests), and keep it busy
+    ``iterations_per_prompt`` (>= 1) iterations, and the arrival rate ``lambda`` (prompts per second).
 
     An iteration with ``B`` busy ranks lasts ``T(B)``: ``idle_s`` with none, ``one_s`` with one, rising linearly
     to ``all_s`` with all (each busy rank's chunk rides through the experts; the busiest rank's attention, one
@@ -346,11 +347,11 @@ def busy_ranks(ranks: int, idle_s: float, one_s: float, all_s: float, prompts_pe
     next iteration's busy ranks are the ones still busy (each continues with probability ``1 - 1 / d``, ``d`` =
     ``iterations_per_prompt``) plus a Poisson count of mean ``lambda T(B)`` new ones, at most ``ranks``. The
     rate ``lambda`` is the one at which ``prompts_per_iteration`` arrive per iteration on average
-    (``lambda E[T] = m``), found by a bracketed secant search, ``lambda E[T]`` rising with ``lambda``. That feedback is why
-    busy ranks cluster: independent ranks would each be busy a share ``m d / ranks`` of iterations; a long iteration
-    admits many prompts at once (``benchmarks/prompt_queue_sim.py`` simulates the scheduler the chain stands
-    for). States beyond 12 standard deviations above the fluid mean busy count ``m d`` are dropped (their mass
-    folds into the last)."""
+    (``lambda E[T] = m``), found by a bracketed secant search, ``lambda E[T]`` rising with ``lambda``. That
+    feedback is why busy ranks cluster: independent ranks would each be busy a share ``m d / ranks`` of
+    iterations; a long iteration admits many prompts at once (``benchmarks/prompt_queue_sim.py`` simulates the
+    scheduler the chain stands for). States beyond 12 standard deviations above the fluid mean busy count
+    ``m d`` are dropped (their mass folds into the last)."""
     if ranks < 1 or not iterations_per_prompt >= 1 or not prompts_per_iteration >= 0 or not 0 < idle_s <= one_s:
         raise ValueError(f"ranks={ranks} must be >= 1, iterations_per_prompt={iterations_per_prompt} >= 1, "
                          f"prompts_per_iteration={prompts_per_iteration} >= 0 and 0 < idle_s={idle_s} <= "

@@ -77,7 +77,7 @@ def test_attention_dp_closed_form_follows_the_self_consistent_simulation():
     # DeepSeek-V3- and Qwen3-235B-shaped MoEs under DEP4/DEP8, prompts of 256-16384 tokens (the report's cases):
     # predict's Poisson steady state and waits against the simulated scheduler, routing as TensorRT-LLM's router
     # does, at the load where it keeps its requests in flight (4000 arrivals, seed 1, pure Python: the same on
-    # every machine). Observed: TPOT 0.97-1.01x, mean wait 0.88-1.18x, p99 wait 0.79-1.25x; the bounds keep a
+    # every machine). Observed: TPOT 0.97-1.01x, mean wait 0.88-1.17x, p99 wait 0.79-1.24x; the bounds keep a
     # margin over those. Spreading the prompts evenly, as predict did before, under-states TPOT by over 10 %
     # wherever a prompt exceeds half a rank's room
     for name, arch, gpu, p in pq.attention_dp_cases():
