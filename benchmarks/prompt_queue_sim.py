@@ -18,7 +18,8 @@ requests in flight where its KV cache holds them: prompts from 0.03x to 4x the i
 70B-shaped one on 2 H100 per stage with 2 and 4 pipeline stages. The decode batch is held at the steady
 state's (the requests in flight), so the simulation isolates the prompt queue. A last set runs
 DeepSeek-V3- and Qwen3-235B-shaped MoEs under attention-DP (DEP4 and DEP8 on B200 and H200), where each
-rank takes its own prompts (``simulate_queue(ranks=...)``), at the load at which the simulation is self-consistent.
+rank takes its own prompts (``simulate_queue(ranks=...)``), the requests routed as TensorRT-LLM's router routes
+them (``router="balanced"``; random ranks beside it), at the load at which the simulation is self-consistent.
 
 Usage: python benchmarks/prompt_queue_sim.py [--requests 20000] [--out benchmarks/results]
 """

@@ -71,8 +71,8 @@ tokens on some ranks and none on others, and its busiest rank paces it. Prompts 
 rank's room: a Poisson count of prompts per iteration, the busiest rank carrying
 ``ceil(n / ranks)`` of ``n``, in whole counts. Longer ones: a Markov chain of the number of
 busy ranks, each new prompt on a rank of its own, in which a long iteration admits many
-prompts at once, so busy ranks cluster. A rank's queue (:func:`iteration_queue_wait` with ``outside``) sees iterations
-spread by the other ranks' prompts.
+prompts at once, so busy ranks cluster. A rank's queue (:func:`iteration_queue_wait` with
+``outside``) sees iterations spread by the other ranks' prompts.
 
 Units: seconds for service and iteration times and the waits, prompts per second for
 arrival rates, tokens for prompt sizes and room; ``rho`` is the server's busy fraction
@@ -286,8 +286,11 @@ def prompt_counts(mean_prompts: float, ranks: int, fits: int, parts: int = _PART
 
     The runtime routes each request to the rank with the fewest active requests (TensorRT-LLM's default
     attention-DP router, ``tensorrt_llm/_torch/pyexecutor/scheduler/adp_router.py``, ``DefaultADPRouter``: a heap
-    on the ranks' active prompt tokens, then requests, then rank), so the ``n`` prompts admitted together land on
-    ``n`` ranks and the busiest carries ``ceil(n / ranks)`` (at most ``fits``, a rank's room in prompts).
+    on the ranks' active prompt tokens, then requests, then rank), so the ``n`` prompts admitted together spread
+    over the ranks and the busiest carries ``ceil(n / ranks)`` (at most ``fits``, a rank's room in prompts). The
+    router balances active requests, not one iteration's prompts, so ranks a few requests short can take two
+    while another takes none: with 5.6 prompts an iteration on 8 ranks the simulated router's busiest rank
+    carries 1.31 on average, where this says 1 (``tests/benchmarks/test_prompt_queue_sim.py``).
 
     Whole counts, not their mean: a step's time jumps from one prompt to two (the expert GEMMs' tiles, the
     busiest rank's attention), so the step at the mean count is not the mean step (the mean count, 1.3 prompts
@@ -392,7 +395,8 @@ def busy_ranks(ranks: int, idle_s: float, one_s: float, all_s: float, prompts_pe
 
     # root of lambda E[T] - m, which rises with lambda and lies in [m / T(top), m / T(0)] (E[T] between them).
     # Start at the fluid busy count's iteration, step once as lambda = m / E[T], then secant steps kept inside
-    # the bracket (bisection where one would leave it): 3-6 chains instead of a dozen from a plain bracket
+    # the bracket (bisection where one would leave it): mostly 3-6 chains (regula falsi from [0, m / T(0)] took
+    # 4-12)
     x = min(float(top), fluid)
     t_fluid = idle_s + x * (one_s - idle_s) if x < 1 else one_s + (x - 1) * slope
     lo, hi = prompts_per_iteration / t[top], prompts_per_iteration / idle_s

@@ -46,12 +46,12 @@ micro-batches in flight.
   publishes that spread, p99 / mean TPOT 1.06-1.30, which the model puts at 1.05-1.28
   (``validate_perf.py --mlperf-latency``). Under attention-DP a prompt runs on its request's rank, the
   runtime's router spreading the requests over the ranks, but random arrivals come a few at a time
-  (:func:`_placement`): an iteration's busiest rank paces it, so the
-  steady state runs over whole counts of prompts (or busy ranks) per iteration, each with its busiest rank,
-  rather than an even share; each rank queues its own prompts, and a prompt's own iterations carry the other
-  ranks' prompts too (``benchmarks/prompt_queue_sim.py``: TPOT 0.98-1.02x and mean wait 0.90-1.19x of a
-  self-consistent simulation of that scheduler and router, where an even spread gives 0.66-1.01x and a
-  pooled queue 0.34-0.92x).
+  (:func:`_placement`): an iteration's busiest rank paces it, so the steady state runs over whole counts of
+  prompts (or busy ranks) per iteration, each with its busiest rank, rather than an even share; each rank
+  queues its own prompts, and a prompt's own iterations carry the other ranks' prompts too
+  (``benchmarks/prompt_queue_sim.py``: TPOT 0.98-1.02x and mean wait 0.90-1.19x of a self-consistent
+  simulation of that scheduler and router, where an even spread gives 0.66-1.01x and a pooled queue
+  0.34-0.92x).
   Steady arrivals keep the even spread (fixed-length benchmark runs keep the ranks in step) and do not
   queue behind one another (``benchmarks/results/ttft_load.md`` measures steady and burst against
   published rows).
