@@ -98,39 +98,33 @@ def _check_formats(gpu: GPU, dep: Deployment) -> None:
         check_precision(gpu, name, getattr(dep, name))
 
 
-def _summed(o: OpCost, factor: float = 1.0, plus: OpCost | None = None) -> OpCost:
-    """``o`` with its count, seconds, FLOPs and bytes times ``factor``, plus those of ``plus`` (another row of the
-    same op) when given; the rest is ``o``'s. What ``dataclasses.replace`` does, several times faster: a Poisson
-    prediction's op table weighs and sums some 200 rows."""
-    new = object.__new__(OpCost)
-    d = new.__dict__
-    d.update(o.__dict__)
-    if plus is None:
-        d.update(count=o.count * factor, time_s=o.time_s * factor, flops=o.flops * factor, bytes=o.bytes * factor)
-    else:
-        d.update(count=o.count * factor + plus.count, time_s=o.time_s * factor + plus.time_s,
-                 flops=o.flops * factor + plus.flops, bytes=o.bytes * factor + plus.bytes)
-    return new
+class _OpSums:
+    """Op rows of weighted iterations summed per (name, phase), in first-seen order: counts, seconds, FLOPs and
+    bytes add up (each row times its iteration's weight), the rest is the first row's. One row object per op at
+    the end, not one per kind and op: a Poisson prediction weighs some 600 rows."""
 
+    def __init__(self) -> None:
+        self._sums: dict[tuple[str, str], list] = {}
 
-def _scaled(ops: list[OpCost], factor: float) -> list[OpCost]:
-    if factor == 1:
-        return ops
-    return [_summed(o, factor) for o in ops]
+    def add(self, ops: list[OpCost], weight: float) -> None:
+        for o in ops:
+            total = self._sums.get((o.name, o.phase))
+            if total is None:
+                self._sums[o.name, o.phase] = [o, o.count * weight, o.time_s * weight, o.flops * weight,
+                                               o.bytes * weight]
+            else:
+                total[1] += o.count * weight
+                total[2] += o.time_s * weight
+                total[3] += o.flops * weight
+                total[4] += o.bytes * weight
 
-
-def _merged(ops: list[OpCost]) -> list[OpCost]:
-    """Rows of the same (name, phase) summed into one, in first-seen order (the iteration kinds of a steady
-    state list the same ops with different weights)."""
-    out: dict[tuple[str, str], OpCost] = {}
-    for o in ops:
-        key = (o.name, o.phase)
-        if key not in out:
-            out[key] = o
-            continue
-        p = out[key]
-        out[key] = _summed(p, 1.0, o)
-    return list(out.values())
+    def rows(self) -> list[OpCost]:
+        out = []
+        for o, count, time_s, flops, nbytes in self._sums.values():
+            row = object.__new__(OpCost)  # o with these totals (dataclasses.replace, without its overhead)
+            row.__dict__.update(o.__dict__, count=count, time_s=time_s, flops=flops, bytes=nbytes)
+            out.append(row)
+        return out
 
 
 def _prompt_iterations(dep: Deployment, a_dp: int, b: int) -> tuple[list[tuple[float, float, dict]], float]:
@@ -209,16 +203,12 @@ def _ttft(arch: "Architecture", gpu: GPU, dep: Deployment, a_dp: int, b: int, wi
                 else:  # the p99 request meets what the others carry when they carry some
                     met.append((w * share, 0.0 if p_none > 0.99 else w99 * share / (1 - p_none), step))
         kinds = met
-    pf_s, pf99_s, pf_ops = 0.0, 0.0, []
+    pf_s, pf99_s, pf_ops = 0.0, 0.0, _OpSums()
     for weight, weight99, kw in kinds:
         if with_ops:
             part = step_ops(arch, gpu, dep, phase="prefill", eager=True, **kw)
             step_s = sum(o.time_s for o in part)
-            part = _scaled(part, weight)
-            if [o.name for o in part] == [o.name for o in pf_ops]:  # the same ops in the same order: one row
-                part = [_summed(a, 1.0, c) for a, c in zip(pf_ops, part)]  # per op, summed over the iterations
-                pf_ops = []
-            pf_ops += part
+            pf_ops.add(part, weight)  # per op, summed over the iterations
         else:
             step_s = sum(step_time(arch, gpu, dep, eager=True, **kw).values())
         pf_s += weight * step_s
@@ -226,7 +216,7 @@ def _ttft(arch: "Architecture", gpu: GPU, dep: Deployment, a_dp: int, b: int, wi
     host = _host_s(rt, b, a_dp)
     iterations99 = sum(w99 for _, w99, _ in kinds)
     return (dep.pp * pf_s + iterations * host + rt.first_token_overhead_s,
-            dep.pp * pf99_s + iterations99 * host + rt.first_token_overhead_s, pf_ops)
+            dep.pp * pf99_s + iterations99 * host + rt.first_token_overhead_s, pf_ops.rows())
 
 
 def _round_s(arch: "Architecture", gpu: GPU, dep: Deployment, b: int, context: float, host_s: float,
@@ -451,17 +441,17 @@ def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica
                 kinds.append((q * (n_pieces - 1),
                               dict(decode=mb, context=context, prefill_tokens=room, prefill_len=dep.isl)))
     by_bound: dict[str, float] = {}
-    ops: list[OpCost] = []
+    sums = _OpSums()
     for weight, kw in kinds:
         if with_ops:
             part = step_ops(arch, gpu, dep, phase="decode", **kw)
-            ops += _scaled(part, weight)
+            sums.add(part, weight)
             for o in part:
                 by_bound[o.bound] = by_bound.get(o.bound, 0.0) + o.time_s * weight
         else:
             for bound_name, sec in step_time(arch, gpu, dep, **kw).items():
                 by_bound[bound_name] = by_bound.get(bound_name, 0.0) + sec * weight
-    ops = _merged(ops)
+    ops = sums.rows()
     stage_s = sum(by_bound.values())  # one iteration (all its passes)
     host_s = _host_s(rt, b, s.a_dp, chunks)  # per pass
     tpot = dep.pp * stage_s + chunks * host_s
