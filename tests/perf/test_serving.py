@@ -847,6 +847,22 @@ def test_poisson_prompts_land_on_random_attention_dp_ranks():
     assert p.tpot_s > 1.1 * a.tpot_s and p.ttft_s > a.ttft_s
 
 
+def test_op_table_sums_the_weighted_iterations_one_row_per_op():
+    # a Poisson prediction under attention-DP weighs a dozen iteration kinds: its op table keeps one row per
+    # (op, phase), and the decode rows add up to the iteration TPOT is made of (less the host's time)
+    rt = Runtime()
+    for isl, concurrency in ((512, 256), (8192, 64)):
+        d = Deployment(tp=4, ep=4, attention_dp=True, weights="fp8", activations="fp8", isl=isl, osl=256,
+                       concurrency=concurrency, arrivals="poisson")
+        p = predict(MOE, "h100", d)
+        keys = [(o.name, o.phase) for o in p.ops]
+        assert len(keys) == len(set(keys))
+        host = rt.iteration_overhead_s + rt.request_overhead_s * concurrency / 4
+        decode = sum(o.time_s for o in p.ops if o.phase == "decode")
+        assert decode + host == pytest.approx(p.tpot_s, rel=1e-12)
+        assert {o.phase for o in p.ops} == {"decode", "prefill"}
+
+
 def test_poisson_arrivals_pass_by_batches_whose_prompts_outrun_the_prefill():
     d = Deployment(weights="fp8", activations="fp8", isl=8192, osl=16, arrivals="poisson")
     unstable = predict(SMALL, "h100", d.replace(concurrency=2048))
