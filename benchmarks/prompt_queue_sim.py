@@ -54,7 +54,8 @@ def simulate_queue(rate: float, isl: int, room: float, iteration_s: Callable[[in
     iteration-level first-come-first-served chunked-prefill scheduler whose iteration with ``x`` prompt tokens,
     ``y`` of them on the busiest rank, takes ``iteration_s(x, y)`` seconds: each TTFT less the prompt's own
     iterations from an iteration's end with nothing ahead of it. ``ranks`` attention-DP ranks: each arrival goes
-    to a rank drawn at random, and each rank fills its own ``room`` per iteration from its own queue; the
+    to a rank (``router`` "random", the default: drawn at random), and each rank fills its own ``room`` per
+    iteration from its own queue; the
     iteration, shared by all ranks, carries every rank's tokens. ``router`` "balanced" routes as TensorRT-LLM's
     default attention-DP router does (``DefaultADPRouter``: each request, when the scheduler fetches it at an
     iteration's end, goes to the rank with the fewest active requests, ties to the lowest rank; with one prompt
@@ -81,7 +82,7 @@ def simulate_queue(rate: float, isl: int, room: float, iteration_s: Callable[[in
         arrivals.append((t, rng.randrange(ranks) if ranks > 1 else 0))
     active = [0] * ranks  # balanced: requests on each rank, from routing until osl iterations after the first token
     leaving: dict[int, list[int]] = {}  # iteration -> ranks whose requests finish then
-    queues: list[list[list[float]]] = [[] for _ in range(ranks)]  # per rank: [arrival, prompt tokens left]
+    queues: list[list[list[float]]] = [[] for _ in range(ranks)]  # per rank: [arrival, tokens left, rank]
     waits: list[float] = []
     clock, nxt, iterations, carrying, busiest_sum = 0.0, 0, 0, 0, 0.0
     while len(waits) < requests:

@@ -371,11 +371,14 @@ def _prompt_queue(arch: "Architecture", gpu: GPU, dep: Deployment, b: int, tpot_
     if placement is not None:
         # one queue per attention-DP rank: its share of the arrivals and its own room; its iterations also carry
         # the other ranks' prompts (_placement): idle as a rank with none meets them, full as one with a chunk
+        decode_only = idle_s  # the round with no prompt on any rank, already costed
+
         def seconds(others: _Others, tokens: float) -> tuple[float, tuple[float, float]]:
             """Mean of a round's seconds when this rank carries ``tokens``, and their variance and third central
             moment over what the other ranks carry."""
             kw = dict(prefill_tokens=tokens, prompt_ranks=1.0)
-            parts = [(w, _round_s(arch, gpu, dep, b, context, host_s, k["prefill_tokens"], k["prompt_ranks"]))
+            parts = [(w, decode_only if k["prefill_tokens"] <= 0 else
+                      _round_s(arch, gpu, dep, b, context, host_s, k["prefill_tokens"], k["prompt_ranks"]))
                      for w, k in others.beside(tokens, kw)]
             mean = sum(w * x for w, x in parts)
             return mean, (sum(w * (x - mean) ** 2 for w, x in parts), sum(w * (x - mean) ** 3 for w, x in parts))

@@ -809,17 +809,18 @@ def test_poisson_arrivals_add_the_wait_of_the_iteration_level_prompt_queue(pp):
     assert p.to_dict()["ttft_p99_ms"] == p.ttft_p99_s * 1e3 and p.to_dict()["tpot_p99_ms"] == p.tpot_p99_s * 1e3
 
 
-def test_poisson_prompts_land_on_random_attention_dp_ranks():
+def test_poisson_prompts_run_on_the_attention_dp_ranks_the_router_picks():
     # under attention-DP a prompt runs on its request's rank. Steady arrivals (and the fixed-length benchmark
-    # runs they stand for) keep the ranks in step, spreading the prompt work evenly; Poisson arrivals put each
-    # prompt on a random rank, and the busiest rank's attention paces the whole step
+    # runs they stand for) keep the ranks in step, spreading the prompt work evenly; Poisson arrivals come a few
+    # at a time, the router spreads each iteration's prompts over the ranks, and the busiest rank's attention
+    # paces the whole step
     steady = Deployment(tp=4, ep=4, attention_dp=True, weights="fp8", activations="fp8", isl=512, osl=256,
                         concurrency=256)
     poisson = steady.replace(arrivals="poisson")
     gpu, rt = get_gpu("h100"), Runtime()
     a, p = predict(MOE, gpu, steady), predict(MOE, gpu, poisson)
-    # short prompts (at most half a rank's room): a Poisson count of whole prompts per iteration, each on a random
-    # rank (prompt_counts), the step costed at each count, not at the mean count
+    # short prompts (at most half a rank's room): a Poisson count of whole prompts per iteration, ceil(n / ranks)
+    # on the busiest rank (prompt_counts), the step costed at each count, not at the mean count
     room = math.floor(rt.max_num_tokens - 256 / 4)
     rows = prompt_counts(256 / 256, 4, room // 512)  # one prompt per iteration on average
     assert [n for _, n, _ in rows[:3]] == [0, 1, 2] and rows[2][2] == 1.0  # the router spreads them
