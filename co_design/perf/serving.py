@@ -229,6 +229,24 @@ def _round_s(arch: "Architecture", gpu: GPU, dep: Deployment, b: int, context: f
                                   prefill_len=dep.isl, prompt_ranks=prompt_ranks).values()) + host_s
 
 
+class _Rounds:
+    """:func:`_round_s` of one replica at ``b`` requests, ``context`` cached tokens and ``host_s`` per round, each
+    distinct round costed once: the busy-rank chain, the steady state's idle round and the per-rank queue ask for
+    some of the same ones (the round with no prompt, the one with a single rank's chunk)."""
+
+    def __init__(self, arch: "Architecture", gpu: GPU, dep: Deployment, b: int, context: float,
+                 host_s: float) -> None:
+        self._args = (arch, gpu, dep, b, context, host_s)
+        self._seconds: dict[tuple[float, float | None], float] = {}
+
+    def __call__(self, prompt_tokens: float = 0.0, prompt_ranks: float | None = None) -> float:
+        key = (prompt_tokens, prompt_ranks)
+        s = self._seconds.get(key)
+        if s is None:
+            s = self._seconds[key] = _round_s(*self._args, prompt_tokens, prompt_ranks)
+        return s
+
+
 # rows of a distribution of prompts (or busy ranks) per iteration, each a step to cost: the steady state's, and
 # what one rank meets on the others, costed again for each of its own iterations and queue rounds (3 there
 # instead of 5: predict 15 % faster, the simulated waits as close)
@@ -278,7 +296,7 @@ class _Placement:
     after_busy: _Others  # what a rank meets in the iteration after one with a full chunk of its own
 
 
-def _placement(arch: "Architecture", gpu: GPU, dep: Deployment, b: int, context: float) -> _Placement | None:
+def _placement(arch: "Architecture", gpu: GPU, dep: Deployment, b: int, rounds: _Rounds) -> _Placement | None:
     """Where the prompts of a replica of ``b`` requests land under Poisson arrivals and attention-DP (None
     otherwise). The replica receives ``b / pp / OSL`` prompts per iteration on average. Prompts up to half a
     rank's room ride whole, a Poisson count per iteration routed each to the rank with the fewest active
@@ -287,7 +305,8 @@ def _placement(arch: "Architecture", gpu: GPU, dep: Deployment, b: int, context:
     admitting many prompts at once (:func:`co_design.perf.queueing.busy_ranks`, on the rounds with none, one
     and every rank busy, ``b / OSL`` prompts a round); a rank with a piece meets the others as the size-biased
     busy count leaves them, a rank with none as the rest, and the iteration after one with a piece as the
-    chain moves on from it. Every view is a distribution over whole prompts or busy ranks.
+    chain moves on from it. Every view is a distribution over whole prompts or busy ranks. ``rounds`` costs the
+    rounds (:class:`_Rounds`).
     ``benchmarks/prompt_queue_sim.py`` checks the steady state and the waits against a simulated scheduler."""
     ranks = shards(arch, dep).a_dp
     if dep.arrivals != "poisson" or ranks <= 1:
@@ -307,9 +326,8 @@ def _placement(arch: "Architecture", gpu: GPU, dep: Deployment, b: int, context:
     # a prompt over half the room: a rank holds one piece of it per iteration, `chunk` tokens, for ISL / chunk
     # iterations
     chunk = min(float(dep.isl), room)
-    host = _host_s(rt, b, ranks)
-    t0, t1 = _round_s(arch, gpu, dep, b, context, host), _round_s(arch, gpu, dep, b, context, host, chunk, 1.0)
-    slope = (_round_s(arch, gpu, dep, b, context, host, ranks * chunk, float(ranks)) - t1) / (ranks - 1)
+    t0, t1 = rounds(), rounds(chunk, 1.0)
+    slope = (rounds(ranks * chunk, float(ranks)) - t1) / (ranks - 1)
     stay = 1.0 - chunk / dep.isl  # a busy rank's chance to stay busy next iteration
     pi, rate = busy_ranks(ranks, t0, t1, t1 + (ranks - 1) * slope, b / dep.osl, dep.isl / chunk)
     # a busy rank sees b - 1 others busy with weight b pi[b]; an idle rank b with weight (ranks - b) pi[b]
@@ -349,7 +367,7 @@ def _rank_room(rt: Runtime, mb: float, a_dp: int) -> float:
 
 def _prompt_queue(arch: "Architecture", gpu: GPU, dep: Deployment, b: int, tpot_s: float, budget: float,
                   context: float, host_s: float, idle_s: float, placement: _Placement | None = None,
-                  ) -> tuple[float, float, float]:
+                  rounds: _Rounds | None = None) -> tuple[float, float, float]:
     """``(rho, mean wait, p99 wait)`` of a replica's prompt queue under Poisson arrivals (seconds; rho the
     fraction of time prompts keep it busy): :func:`co_design.perf.queueing.iteration_queue_wait`.
 
@@ -362,7 +380,7 @@ def _prompt_queue(arch: "Architecture", gpu: GPU, dep: Deployment, b: int, tpot_
     ``rho = lambda ISL / (pp room) x (full round)``; ``inf`` when no room is left. Under attention-DP
     (``placement``) the queue is one rank's: ``lambda / a_dp`` of the arrivals, that rank's room, its rounds
     as long as when it carries none or a full chunk beside the other ranks' prompts, whose spread lengthens
-    the round in progress."""
+    the round in progress (``rounds``: the placement's rounds, :class:`_Rounds`)."""
     room = budget - b / dep.pp
     if room < 1:
         return math.inf, math.inf, math.inf
@@ -371,14 +389,14 @@ def _prompt_queue(arch: "Architecture", gpu: GPU, dep: Deployment, b: int, tpot_
     if placement is not None:
         # one queue per attention-DP rank: its share of the arrivals and its own room; its iterations also carry
         # the other ranks' prompts (_placement): idle as a rank with none meets them, full as one with a chunk
-        decode_only = idle_s  # the round with no prompt on any rank, already costed
+        if rounds is None:
+            rounds = _Rounds(arch, gpu, dep, b, context, host_s)
 
         def seconds(others: _Others, tokens: float) -> tuple[float, tuple[float, float]]:
             """Mean of a round's seconds when this rank carries ``tokens``, and their variance and third central
             moment over what the other ranks carry."""
             kw = dict(prefill_tokens=tokens, prompt_ranks=1.0)
-            parts = [(w, decode_only if k["prefill_tokens"] <= 0 else
-                      _round_s(arch, gpu, dep, b, context, host_s, k["prefill_tokens"], k["prompt_ranks"]))
+            parts = [(w, idle_s if k["prefill_tokens"] <= 0 else rounds(k["prefill_tokens"], k["prompt_ranks"]))
                      for w, k in others.beside(tokens, kw)]
             mean = sum(w * x for w, x in parts)
             return mean, (sum(w * (x - mean) ** 2 for w, x in parts), sum(w * (x - mean) ** 3 for w, x in parts))
@@ -406,7 +424,10 @@ def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica
     prompt = mb * dep.isl / dep.osl  # prompt tokens per iteration, on average
     budget = rt.max_num_tokens * s.a_dp  # tokens one iteration may carry (each attention-DP rank schedules its own)
     context = dep.isl + dep.osl / 2
-    placement = _placement(arch, gpu, dep, b, context) if mb + prompt <= budget else None
+    # under Poisson arrivals and attention-DP, the rounds the prompt placement and queue cost (one pass each)
+    rounds = (_Rounds(arch, gpu, dep, b, context, _host_s(rt, b, s.a_dp))
+              if dep.arrivals == "poisson" and mb + prompt <= budget else None)
+    placement = _placement(arch, gpu, dep, b, rounds) if rounds is not None else None
     # (weight, step kwargs) of the iteration kinds of the steady state
     if mb + prompt > budget:
         # overloaded: every iteration carries more tokens than the budget and runs as `chunks` passes, filled as a
@@ -462,7 +483,7 @@ def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica
     if dep.arrivals == "poisson":
         # a request's TPOT is the decode-only iteration plus its share of the prompts admitted while it decodes:
         # Poisson with mean b (lambda x OSL x TPOT), so the prompt part of the mean TPOT scales with that count
-        idle = _round_s(arch, gpu, dep, b, context, host_s)
+        idle = rounds() if chunks == 1 and rounds is not None else _round_s(arch, gpu, dep, b, context, host_s)
         tpot99 = max(tpot, idle + (tpot - idle) * poisson_quantile(b, 0.99) / b)
     per_user = 1.0 / tpot
     per_gpu = dep.replicas * b / tpot / dep.gpus
@@ -474,7 +495,8 @@ def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica
     if with_ttft:
         ttft, ttft99, pf_ops = _ttft(arch, gpu, dep, s.a_dp, b, with_ops, placement)
         if dep.arrivals == "poisson":
-            rho, wait, wait99 = _prompt_queue(arch, gpu, dep, b, tpot, budget, context, host_s, idle, placement)
+            rho, wait, wait99 = _prompt_queue(arch, gpu, dep, b, tpot, budget, context, host_s, idle, placement,
+                                              rounds)
             ttft, ttft99 = ttft + wait, ttft99 + wait99
             notes.append(f"Poisson arrivals: prompts keep {'each attention-DP rank' if placement else 'the replica'} "
                          f"busy {rho:.0%} of the time; a prompt waits "
