@@ -380,7 +380,8 @@ def _prompt_queue(arch: "Architecture", gpu: GPU, dep: Deployment, b: int, tpot_
     ``rho = lambda ISL / (pp room) x (full round)``; ``inf`` when no room is left. Under attention-DP
     (``placement``) the queue is one rank's: ``lambda / a_dp`` of the arrivals, that rank's room, its rounds
     as long as when it carries none or a full chunk beside the other ranks' prompts, whose spread lengthens
-    the round in progress (``rounds``: the placement's rounds, :class:`_Rounds`)."""
+    the round in progress (``rounds``: the rounds the placement was built from, :class:`_Rounds`; required with
+    ``placement``)."""
     room = budget - b / dep.pp
     if room < 1:
         return math.inf, math.inf, math.inf
@@ -389,8 +390,7 @@ def _prompt_queue(arch: "Architecture", gpu: GPU, dep: Deployment, b: int, tpot_
     if placement is not None:
         # one queue per attention-DP rank: its share of the arrivals and its own room; its iterations also carry
         # the other ranks' prompts (_placement): idle as a rank with none meets them, full as one with a chunk
-        if rounds is None:
-            rounds = _Rounds(arch, gpu, dep, b, context, host_s)
+        assert rounds is not None, "_evaluate passes the rounds it built the placement from"
 
         def seconds(others: _Others, tokens: float) -> tuple[float, tuple[float, float]]:
             """Mean of a round's seconds when this rank carries ``tokens``, and their variance and third central
@@ -424,7 +424,8 @@ def _evaluate(arch: "Architecture", gpu: GPU, dep: Deployment, batch_per_replica
     prompt = mb * dep.isl / dep.osl  # prompt tokens per iteration, on average
     budget = rt.max_num_tokens * s.a_dp  # tokens one iteration may carry (each attention-DP rank schedules its own)
     context = dep.isl + dep.osl / 2
-    # under Poisson arrivals and attention-DP, the rounds the prompt placement and queue cost (one pass each)
+    # under Poisson arrivals, the rounds the idle round, the prompt placement (attention-DP) and its per-rank queue
+    # cost, each once (one pass: an iteration within the budget)
     rounds = (_Rounds(arch, gpu, dep, b, context, _host_s(rt, b, s.a_dp))
               if dep.arrivals == "poisson" and mb + prompt <= budget else None)
     placement = _placement(arch, gpu, dep, b, rounds) if rounds is not None else None
