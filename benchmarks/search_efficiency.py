@@ -357,11 +357,13 @@ def run_study(problem: Problem, spec: SamplerSpec, seed: int, n_trials: int) -> 
 
     from search.study import MAX_CONSECUTIVE_DUPLICATES
     from search.objective import EXHAUSTED_ATTR, PROPOSED_BY_ATTR, Objective
-    from search.study import DUPLICATE_ATTR
+    from search.study import DUPLICATE_ATTR, SURPLUS_ATTR
     from search.tracking import NullTracker
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    cfg = dataclasses.replace(problem.cfg, seed=seed)  # as `python -m search seed=<seed>`: also seeds the fill-ins
+    # as `python -m search seed=<seed> n_trials=<n_trials>`: the seed also seeds the fill-ins; the job prunes every
+    # trial past its n_trials as surplus, so the study's n_trials is this study's
+    cfg = dataclasses.replace(problem.cfg, seed=seed, n_trials=n_trials)
     study = optuna.create_study(directions=problem.directions, sampler=spec.build(cfg, seed))
     front = FrontTracker(problem.ref, problem.directions)
     curve: list[float] = []
@@ -370,6 +372,8 @@ def run_study(problem: Problem, spec: SamplerSpec, seed: int, n_trials: int) -> 
     proposals: list[int] = []  # proposals so far (trials incl. duplicates) at each counted trial
 
     def after_trial(study: optuna.Study, trial: Any) -> None:
+        if SURPLUS_ATTR in trial.user_attrs:  # nothing was evaluated: a curve counting it would be wrong
+            raise RuntimeError(f"trial {trial.number} was pruned as surplus to the study's n_trials={cfg.n_trials}")
         if DUPLICATE_ATTR in trial.user_attrs:  # not counted, as in the job
             state["duplicates"] += 1
             state["in_a_row"] += 1
