@@ -107,8 +107,10 @@ CALIBRATED: dict[str, tuple[str, list[float]]] = {
                              [0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]),
     "grouped_gemm_efficiency": ("further fraction of the FLOP rate reached by grouped MoE expert GEMMs",
                                 [0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0]),
-    "attention_efficiency": ("further fraction of both rates reached by the fused attention kernels",
+    "attention_efficiency": ("further fraction of both rates reached by the fused prompt attention kernel",
                              [0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0]),
+    "decode_attention_efficiency": ("further fraction of both rates reached by the decode attention kernel",
+                                    [0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]),
     "expert_tile_overhead_s": ("seconds per grouped expert-GEMM output tile beyond its main loop",
                              [0.0, 1e-6, 2e-6, 4e-6, 8e-6, 12e-6, 16e-6]),
     "collective_efficiency": ("fraction of the GPU's collective bus bandwidth reached",
@@ -132,7 +134,7 @@ TTFT_CALIBRATED: dict[str, tuple[str, list[float]]] = {
 TTFT_NEUTRAL = {"eager_launch_s": 0.0, "first_token_overhead_s": 0.0}
 # where every fold's descent starts: an idealized runtime, so nothing fitted on test rows leaks in
 NEUTRAL = {"compute_efficiency": 1.0, "nvfp4_compute_efficiency": 1.0, "bandwidth_efficiency": 1.0, "grouped_gemm_efficiency": 1.0,
-           "attention_efficiency": 1.0, "expert_tile_overhead_s": 0.0, "collective_efficiency": 1.0, "request_overhead_s": 0.0, "iteration_overhead_s": 0.0,
+           "attention_efficiency": 1.0, "decode_attention_efficiency": 1.0, "expert_tile_overhead_s": 0.0, "collective_efficiency": 1.0, "request_overhead_s": 0.0, "iteration_overhead_s": 0.0,
            "kernel_gap_s": 0.0, "collective_overhead_s": 0.0}
 
 

@@ -336,7 +336,8 @@ class _Table:
     (``nvfp4_compute_efficiency`` for FP4 GEMMs; times
     ``grouped_gemm_efficiency`` for grouped expert GEMMs), ``bandwidth_efficiency``
     on HBM (times ``grouped_gemm_bandwidth_efficiency`` for grouped expert GEMMs;
-    both rates times ``attention_efficiency`` for attention kernels),
+    both rates times ``attention_efficiency`` for the prompt attention kernel and
+    ``decode_attention_efficiency`` for the decode one),
     ``collective_efficiency`` on links.
     """
 
@@ -350,6 +351,7 @@ class _Table:
         self.grouped, self.coll = runtime.grouped_gemm_efficiency, runtime.collective_efficiency
         self.grouped_bw = runtime.grouped_gemm_bandwidth_efficiency
         self.attn, self.fp4_eff = runtime.attention_efficiency, runtime.nvfp4_compute_efficiency
+        self.decode_attn = runtime.decode_attention_efficiency
         self.tile_oh = runtime.expert_tile_overhead_s
         self.idle_tile_s = runtime.idle_expert_tile_s / gpu.sms  # per idle expert tile, spread over the SMs
         self.kernel_oh = gpu.kernel_overhead_s + runtime.kernel_gap_s  # seconds per kernel launched
@@ -418,12 +420,16 @@ class _Table:
             self.rows.append(OpCost(name, self.phase, "elementwise", count, t * count, flops * count, nbytes * count,
                                     bound, "bf16", achieved_fraction=self._achieved(bound, 0.0, nbytes, t, "bf16")))
 
-    def attention(self, name: str, flops: float, nbytes: float, count: float, prec: str = "bf16") -> None:
+    def attention(self, name: str, flops: float, nbytes: float, count: float, prec: str = "bf16", *,
+                  decode: bool = False) -> None:
+        """A fused attention kernel: the prompt (FMHA over the prompt's tokens) or, with ``decode``, the decode one
+        (one query token per sequence over its cached KV); each has its own fraction of both rates."""
         if (flops <= 0 and nbytes <= 0) or count <= 0:
             return
         peak = self.gpu.peak_flops_per_s[prec]
-        compute_s = flops / (peak * self.gpu.attention_efficiency * self.eff * self.attn)
-        t, bound = self._launched(*roofline(compute_s, nbytes / (self.bw * self.attn), self.kernel_oh))
+        attn = self.decode_attn if decode else self.attn
+        compute_s = flops / (peak * self.gpu.attention_efficiency * self.eff * attn)
+        t, bound = self._launched(*roofline(compute_s, nbytes / (self.bw * attn), self.kernel_oh))
         self.by_bound[bound] += t * count
         if self.keep:
             self.rows.append(OpCost(name, self.phase, "attention", count, t * count, flops * count, nbytes * count,
@@ -562,7 +568,7 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
                 q_o = s.heads * (s.kv_dim + arch.mla.kv_lora_rank)
             # one kernel: RoPE and the new token's KV write (new_kv), the cache read, q in and o out
             io = dec_attn * (cached * kv_tok_bytes + q_o * _BF16 + new_kv)
-            t.attention("attention_decode", fl, io, count, "bf16")
+            t.attention("attention_decode", fl, io, count, "bf16", decode=True)
             if s.kv_split > 1:  # Helix: combine partial outputs + softmax stats across KV ranks
                 # per sequence and head: the partial output (d_v, bf16) and its softmax max and sum (2 x fp32)
                 t.comm("helix_all_to_all", "all_to_all", dec_attn * s.heads * (d_v * _BF16 + 2 * 4.0), s.kv_split,

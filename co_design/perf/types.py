@@ -64,8 +64,14 @@ class Runtime:
     * ``grouped_gemm_efficiency``: further fraction of the FLOP rate reached by
       grouped MoE expert GEMMs.
     * ``attention_efficiency``: further fraction of both rates reached by the fused
-      attention kernels (paged KV-cache gathers, softmax, short per-sequence work),
-      on top of ``compute_efficiency`` and ``bandwidth_efficiency``.
+      prompt attention kernel (FMHA over a prompt chunk, its softmax and the
+      causal mask's partial tiles), on top of ``compute_efficiency`` and
+      ``bandwidth_efficiency``.
+    * ``decode_attention_efficiency``: the same for the decode attention kernel
+      (one query token per sequence over its paged KV cache: gathers, split-KV
+      reduction, short per-sequence work). A separate kernel with a separate
+      fraction: fitted as one, the prompt's compute-bound share and the decode's
+      bandwidth-bound share pulled a single value between them.
     * ``expert_tile_overhead_s``: seconds each output tile of a grouped expert GEMM
       costs an SM beyond its main loop (per-group problem setup, pipeline fill,
       epilogue) that the grouped kernel does not hide; fine-grained experts with
@@ -148,7 +154,8 @@ class Runtime:
     bandwidth_efficiency: float = 1.0
     grouped_gemm_efficiency: float = 0.2
     grouped_gemm_bandwidth_efficiency: float = 0.69
-    attention_efficiency: float = 0.8
+    attention_efficiency: float = 0.4
+    decode_attention_efficiency: float = 0.9
     expert_tile_overhead_s: float = 0.0
     idle_expert_tile_s: float = 0.0
     collective_efficiency: float = 0.7
@@ -208,7 +215,8 @@ class Runtime:
             if not getattr(self, name) >= 0:
                 raise ValueError(f"Runtime.{name} must be >= 0, got {getattr(self, name)}")
         for name in ("compute_efficiency", "nvfp4_compute_efficiency", "bandwidth_efficiency", "grouped_gemm_efficiency",
-                     "grouped_gemm_bandwidth_efficiency", "attention_efficiency", "collective_efficiency"):
+                     "grouped_gemm_bandwidth_efficiency", "attention_efficiency", "decode_attention_efficiency",
+                     "collective_efficiency"):
             if not 0 < getattr(self, name) <= 1:
                 raise ValueError(f"Runtime.{name} must be in (0, 1] (a fraction of the GPU's measured rate), "
                                  f"got {getattr(self, name)}")

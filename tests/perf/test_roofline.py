@@ -127,6 +127,36 @@ def test_decode_kv_read_bytes_on_paper():
     assert att.bound == "memory"
 
 
+@pytest.mark.parametrize("mla", [False, True], ids=["gqa", "mla"])
+def test_prompt_and_decode_attention_kernels_each_take_their_own_fraction(mla):
+    # a step with a prompt chunk beside decode tokens: halving one kernel's fraction doubles that kernel's time
+    # past its launch overhead (both its FLOP and its HBM rate halve) and leaves every other op as it was
+    from co_design.arch import MLA
+
+    extra = dict(mla=MLA(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)) if mla else \
+        dict(kv_heads=2)
+    arch = Architecture(hidden=2048, layers=2, heads=16, ffn=4096, vocab=32000, **extra)
+    gpu = get_gpu("b200")
+
+    def table(**fractions):
+        rt = Runtime(**{**IDEAL.to_dict(), "attention_efficiency": 0.8, "decode_attention_efficiency": 0.8,
+                        **fractions})
+        dep = Deployment(weights="fp8", activations="fp8", kv_cache="fp8", runtime=rt)
+        return {o.name: o for o in step_ops(arch, gpu, dep, decode=16, context=4096, prefill_tokens=2048,
+                                            prefill_len=2048)}
+
+    base = table()
+    launch = 2 * (gpu.kernel_overhead_s + IDEAL.kernel_gap_s)  # two layers, one kernel each
+    for field, kernel in (("attention_efficiency", "attention_prefill"),
+                          ("decode_attention_efficiency", "attention_decode")):
+        slow = table(**{field: 0.4})
+        assert slow[kernel].time_s - launch == pytest.approx(2 * (base[kernel].time_s - launch), rel=1e-12), field
+        assert {k: o.time_s for k, o in slow.items() if k != kernel} == \
+            {k: o.time_s for k, o in base.items() if k != kernel}, field
+    with pytest.raises(ValueError, match="decode_attention_efficiency must be in"):
+        Runtime(decode_attention_efficiency=0.0)
+
+
 def test_expected_experts_touched_rejects_nonsense():
     with pytest.raises(ValueError, match="top_k=9"):
         expected_experts_touched(8, 9, 4)
