@@ -21,6 +21,13 @@ calibration fit and its predicted-vs-measured report run from a clone on any mac
   KV heads as query heads (the case ``calibrate_gpu.attention_work`` counts), heads in
   :data:`ATTENTION_HEADS`.
 
+* Prefill attention for the serving model's kernel law (``context_attention_perf``, TensorRT-LLM 1.3.0rc20,
+  ``torch_flow``): head_dim 128, no window, bf16 attention over a bf16 KV cache and FP8 attention over an FP8
+  one (the FP8 context FMHA an FP8 KV cache runs), every batch, head and KV-head count measured, prompts from
+  :data:`PREFILL_MIN_ISL` tokens whose query tiles fill the GPU's SMs at least once (``batch x heads x
+  ceil(isl / 128) >= SMs``), to ``prefill_attention_<gpu>.json``, read by
+  ``benchmarks/fit_prefill_attention.py``.
+
 * MoE layers (``moe_perf``, TensorRT-LLM 1.3.0rc20, the paths of :data:`MOE_KERNELS`, balanced routing): the
   expert shapes of the MoE models in ``published_serving.json`` (:data:`MOE_SHAPES`), bf16 / fp8 (per-tensor) /
   ``fp8_block`` (FP8 with one scale per 128 values, the format of the DeepSeek-V3/R1 and Qwen3 FP8 checkpoints;
@@ -87,6 +94,11 @@ RUNTIME_MOE = {"sglang": ("SGLang", "0.5.14"), "vllm": ("vLLM", "0.24.0")}
 RUNTIME_MOE_TOKENS = (1, 4, 16, 64)
 RUNTIME_MOE_FORMAT = "co-design published runtime MoE v1"
 ATTENTION_HEADS = (8, 32)
+PREFILL_FORMAT = "co-design published prefill attention v1"
+PREFILL_COLUMNS = ("precision", "batch", "isl", "heads", "kv_heads", "time_s")
+PREFILL_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}  # attention and KV-cache dtype, the same
+PREFILL_MIN_ISL = 256  # two query tiles of 128 rows: shorter prompts are one partial tile
+SYSTEM_SMS = {"h100_sxm": 132, "h200_sxm": 132, "b200_sxm": 148, "b300_sxm": 160, "gb200": 148, "gb300": 160}
 PREFILL_BATCH = (1, 4)
 DECODE_BATCH = (1, 16, 64, 256)
 DECODE_KV = (1024, 4096, 16384)
@@ -154,6 +166,21 @@ def attention_cases(context_rows: Iterable[Mapping[str, Any]], generation_rows: 
                 "time_s": _ms_to_s(r["latency"]), "status": "ok"})
     return sorted(out, key=lambda c: (c["params"]["phase"] != "prefill", c["params"]["heads"], c["params"]["batch"],
                                       c["params"]["kv_len"]))
+
+
+def prefill_attention_rows(rows: Iterable[Mapping[str, Any]], sms: int) -> list[list[Any]]:
+    """Rows (:data:`PREFILL_COLUMNS`) of the prefill-attention calls the kernel law is fitted on (module
+    docstring), sorted; a repeated call keeps its median time."""
+    by: dict[tuple, list[float]] = {}
+    for r in rows:
+        prec = PREFILL_DTYPES.get(r["attn_dtype"])
+        isl, batch, heads = int(r["isl"]), int(r["batch_size"]), int(r["num_heads"])
+        if (prec is None or r["kv_cache_dtype"] != r["attn_dtype"] or r["head_dim"] != 128 or r["window_size"] != 0
+                or r["kernel_source"] != "torch_flow" or isl < PREFILL_MIN_ISL or batch * heads * -(-isl // 128) < sms):
+            continue
+        by.setdefault((prec, batch, isl, heads, int(r["num_key_value_heads"])), []).append(_ms_to_s(r["latency"]))
+    order = list(PREFILL_DTYPES.values())
+    return [[*k, sorted(t)[len(t) // 2]] for k, t in sorted(by.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1:]))]
 
 
 def moe_cases(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -300,9 +327,32 @@ def extract_runtime_moe(data_dir: Path, system: str) -> dict[str, Any] | None:  
             "measurements": cases}
 
 
+def extract_prefill_attention(data_dir: Path, system: str) -> dict[str, Any] | None:  # pragma: no cover - pandas
+    """The prefill-attention document of one AIConfigurator system directory (None without the table)."""
+    import pandas as pd
+
+    rel = f"attention/trtllm/{TRTLLM}/context_attention_perf.parquet"
+    path = data_dir / system / rel
+    if not path.exists():
+        return None
+    rows = pd.read_parquet(path).to_dict("records")
+    return {"format": PREFILL_FORMAT, "gpu": SYSTEMS[system], "device": str(rows[0]["device"]),
+            "source": {"package": PACKAGE, "repository": REPOSITORY, "license": "Apache-2.0",
+                       "table": f"aiconfigurator_core/systems/data/{system}/{rel}",
+                       "latency_unit": "ms in the source; seconds here"},
+            "columns": list(PREFILL_COLUMNS), "rows": prefill_attention_rows(rows, SYSTEM_SMS[system])}
+
+
+def dumps_rows(doc: Mapping[str, Any]) -> str:
+    """JSON text of a document with a ``rows`` table, one row per line."""
+    parts = [f" {json.dumps(k)}: {json.dumps(v)}" for k, v in doc.items() if k != "rows"]
+    parts.append(' "rows": [\n' + ",\n".join("  " + json.dumps(r) for r in doc["rows"]) + "\n ]")
+    return "{\n" + ",\n".join(parts) + "\n}\n"
+
+
 def _write(path: Path, doc: Mapping[str, Any], system: str, what: str) -> None:  # pragma: no cover - main's
     """Write ``doc`` to ``path`` (:func:`dumps`) and say what went where."""
-    path.write_text(dumps(doc))
+    path.write_text(dumps_rows(doc) if "rows" in doc else dumps(doc))
     print(f"{system} -> {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {what}")
 
 
@@ -327,6 +377,10 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - needs pand
         moe = extract_moe(args.data_dir, system)
         if moe is not None:
             _write(args.out / f"moe_{gpu}.json", moe, system, f"{len(moe['measurements'])} MoE layers")
+        prefill = extract_prefill_attention(args.data_dir, system)
+        if prefill is not None:
+            _write(args.out / f"prefill_attention_{gpu}.json", prefill, system,
+                   f"{len(prefill['rows'])} prefill attention calls")
         other = extract_runtime_moe(args.data_dir, system)
         if other is not None:
             _write(args.out / f"runtime_moe_{gpu}.json", other, system, f"{len(other['measurements'])} block-FP8 "

@@ -74,6 +74,14 @@ class GPU:
     that large GEMMs reach where it differs from ``gemm_efficiency`` (measured fp8
     and nvfp4 GEMMs run further below their peaks than bf16 ones); a precision it
     does not list uses ``gemm_efficiency``.
+    ``prefill_attention`` maps an attention precision (``bf16``, or ``fp8`` for the FP8
+    context FMHA an FP8 KV cache runs) to ``(fraction, overhead)`` of the causal prompt
+    attention kernel: ``fraction`` of that precision's own dense peak reached by its
+    tile loop, ``overhead`` the time of that many 128x128 KV tiles paid once per
+    128-row query tile (so short prompts run below the long-prompt rate); a
+    precision it does not list runs at ``attention_efficiency`` of the peak at
+    every length (``co_design.perf.ops``; ``benchmarks/fit_prefill_attention.py``
+    fits the built-in entries on published kernel timings).
     ``sources`` maps each field name (``peak_flops_per_s.bf16`` for nested ones)
     to where its number comes from.
     """
@@ -93,6 +101,7 @@ class GPU:
     gemm_efficiency: float = 0.8  # achievable fraction of peak FLOP/s for large GEMMs
     gemm_efficiency_by_precision: Mapping[str, float] = field(default_factory=dict)  # overrides per precision
     attention_efficiency: float = 0.65  # achievable fraction of peak for fused attention math
+    prefill_attention: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # precision -> kernel law
     memory_efficiency: float = 0.85  # achievable fraction of HBM bandwidth
     kernel_overhead_s: float = 3e-6  # fixed cost per kernel (launch gap, prologue, tail)
     collective_latency_s: float = 10e-6  # seconds per synchronization step of a collective / point-to-point
@@ -113,6 +122,14 @@ class GPU:
             raise ValueError(f"GPU {self.name!r}: gemm_efficiency_by_precision must map precision -> number, got "
                              f"{self.gemm_efficiency_by_precision!r}") from None
         object.__setattr__(self, "gemm_efficiency_by_precision", MappingProxyType(by_precision))
+        try:
+            law = {p: (float(v[0]), float(v[1])) for p, v in dict(self.prefill_attention).items() if len(v) == 2}
+            if len(law) != len(self.prefill_attention):
+                raise ValueError
+        except (TypeError, ValueError, IndexError):
+            raise ValueError(f"GPU {self.name!r}: prefill_attention must map precision -> [fraction, overhead], got "
+                             f"{self.prefill_attention!r}") from None
+        object.__setattr__(self, "prefill_attention", MappingProxyType(law))
         object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
         object.__setattr__(self, "gemm_tiles", tuple(self._checked_tile(t) for t in self.gemm_tiles))
         object.__setattr__(self, "attention_head_dims", tuple(sorted(int(d) for d in self.attention_head_dims)))
@@ -143,6 +160,13 @@ class GPU:
                                  f"peak_flops_per_s has no {prec} rate; use one of {sorted(self.peak_flops_per_s)}")
             if not 0 < v <= 1:
                 raise ValueError(f"GPU {self.name!r}: gemm_efficiency_by_precision.{prec} must be in (0, 1], got {v}")
+        for prec, (frac, overhead) in self.prefill_attention.items():
+            if prec not in self.peak_flops_per_s:
+                raise ValueError(f"GPU {self.name!r}: prefill_attention.{prec} is given but peak_flops_per_s has no "
+                                 f"{prec} rate; use one of {sorted(self.peak_flops_per_s)}")
+            if not 0 < frac <= 1 or not overhead >= 0:
+                raise ValueError(f"GPU {self.name!r}: prefill_attention.{prec} needs a fraction in (0, 1] and an "
+                                 f"overhead >= 0 (KV tiles per query tile), got [{frac}, {overhead}]")
         for key in ("kernel_overhead_s", "collective_latency_s", "l2_bytes", "tdp_w"):
             if not float(getattr(self, key)) >= 0:
                 raise ValueError(f"GPU {self.name!r}: {key} must be >= 0, got {getattr(self, key)}")
@@ -259,6 +283,7 @@ def _merge(raw: Mapping[str, Any], path: Path, base: Mapping[str, Any] | None) -
     sources = dict(kw.get("sources", {}))
     peaks = dict(kw.get("peak_flops_per_s", {}))
     by_precision = dict(kw.get("gemm_efficiency_by_precision", {}))
+    prefill = dict(kw.get("prefill_attention", {}))
     precisions = dict(kw.get("precisions", {}))
     unknown = sorted(set(raw) - set(_FIELDS) - _META)
     if unknown:
@@ -277,16 +302,17 @@ def _merge(raw: Mapping[str, Any], path: Path, base: Mapping[str, Any] | None) -
                 peaks[prec] = float(v)
                 sources[f"peak_flops_per_s.{prec}"] = src
             continue
-        if key == "gemm_efficiency_by_precision":
+        if key in ("gemm_efficiency_by_precision", "prefill_attention"):
+            table = by_precision if key == "gemm_efficiency_by_precision" else prefill
             if not isinstance(entry, Mapping):
-                raise ValueError(f"GPU file {str(path)!r}: gemm_efficiency_by_precision must map precision -> value")
+                raise ValueError(f"GPU file {str(path)!r}: {key} must map precision -> value")
             for prec, sub in entry.items():
-                v, src = _value(sub, f"gemm_efficiency_by_precision.{prec}", path)
-                if v is None:  # explicit removal: the precision falls back to gemm_efficiency
-                    by_precision.pop(prec, None)
+                v, src = _value(sub, f"{key}.{prec}", path)
+                if v is None:  # explicit removal: the precision falls back to the flat efficiency
+                    table.pop(prec, None)
                     continue
-                by_precision[prec] = v
-                sources[f"gemm_efficiency_by_precision.{prec}"] = src
+                table[prec] = v
+                sources[f"{key}.{prec}"] = src
             continue
         if key == "precisions":
             if not isinstance(entry, Mapping):
@@ -304,6 +330,7 @@ def _merge(raw: Mapping[str, Any], path: Path, base: Mapping[str, Any] | None) -
     kw["description"] = str(raw.get("description", kw.get("description", "")))
     kw["peak_flops_per_s"] = peaks
     kw["gemm_efficiency_by_precision"] = by_precision
+    kw["prefill_attention"] = prefill
     kw["precisions"] = precisions
     kw["sources"] = sources
     return kw

@@ -98,7 +98,29 @@ def test_runtime_moe_rows_keep_block_fp8_of_the_validated_shapes_at_few_tokens_w
     assert cases == [case, {**case, "kernel": "other_kernel", "moe_tp": 1, "moe_ep": 8, "time_s": pytest.approx(1e-4)}]
 
 
-@pytest.mark.parametrize("path", sorted(p for p in DATA.glob("*.json") if not p.name.startswith(("moe_", "runtime_moe_"))),
+def _context(**kw):
+    row = {"attn_dtype": "fp8", "kv_cache_dtype": "fp8", "head_dim": 128, "window_size": 0, "kernel_source": "torch_flow",
+           "isl": 1024, "batch_size": 2, "num_heads": 16, "num_key_value_heads": 4, "latency": 0.05}
+    return {**row, **kw}
+
+
+def test_prefill_attention_rows_keep_matching_dtypes_at_head_dim_128_filling_the_sms() -> None:
+    rows = [_context(), _context(attn_dtype="bfloat16", kv_cache_dtype="bfloat16", latency=0.08),
+            _context(latency=0.07), _context(latency=0.06),  # repeats: the median time stays
+            _context(attn_dtype="bfloat16"),  # bf16 attention over an fp8 cache: not a kernel the model runs
+            _context(head_dim=64), _context(window_size=128), _context(kernel_source="torch_flow_flashinfer"),
+            _context(isl=128),  # one query tile
+            _context(batch_size=1, num_heads=8, isl=1024),  # 64 query tiles: under one wave of 132 SMs
+            _context(batch_size=1, num_heads=17, isl=1024)]  # 136 tiles
+    got = pk.prefill_attention_rows(rows, sms=132)
+    assert got == [["bf16", 2, 1024, 16, 4, pytest.approx(80e-6)], ["fp8", 1, 1024, 17, 4, pytest.approx(50e-6)],
+                   ["fp8", 2, 1024, 16, 4, pytest.approx(60e-6)]]
+    doc = {"format": pk.PREFILL_FORMAT, "gpu": "h100", "columns": list(pk.PREFILL_COLUMNS), "rows": got}
+    assert json.loads(pk.dumps_rows(doc)) == doc and pk.dumps_rows(doc).count("\n") == 10
+
+
+@pytest.mark.parametrize("path", sorted(p for p in DATA.glob("*.json")
+                                        if not p.name.startswith(("moe_", "runtime_moe_", "prefill_attention_"))),
                          ids=lambda p: p.stem)
 def test_committed_files_are_calibrate_gpu_runs_with_their_source(path: Path) -> None:
     name, meta, ms = cg.load_measurements(path)

@@ -144,6 +144,31 @@ def test_gemm_efficiency_per_precision_from_a_file(tmp_path):
         assert b / a == pytest.approx(base.gemm_efficiency / eff, rel=1e-12), prec
 
 
+def test_prefill_attention_law_from_a_file_and_its_checks(tmp_path, monkeypatch):
+    """Every built-in GPU carries a bf16 and an fp8 prompt attention law with sources; a file may replace one
+    precision's entry or drop it (that precision falls back to the flat attention_efficiency); bad entries name
+    the field."""
+    for name in ("h100", "h200", "b200", "b300", "gb200", "gb300"):
+        g = get_gpu(name)
+        assert set(g.prefill_attention) == {"bf16", "fp8"}, name
+        assert all(0 < f <= 1 and o >= 0 for f, o in g.prefill_attention.values()), name
+        assert "fit_prefill_attention.py" in g.sources["prefill_attention.fp8"], name
+    (tmp_path / "mine.yaml").write_text("name: mine\nbase: h100\nprefill_attention:\n"
+                                        "  fp8: {value: [0.5, 2], source: 'measured'}\n  bf16: null\n")
+    monkeypatch.setenv(HARDWARE_PATH_ENV, str(tmp_path))
+    g = get_gpu("mine")
+    assert dict(g.prefill_attention) == {"fp8": (0.5, 2.0)} and g.sources["prefill_attention.fp8"] == "measured"
+    for text, match in (("prefill_attention: {fp8: [1.5, 2]}\n", r"needs a fraction in \(0, 1\]"),
+                        ("prefill_attention: {fp8: [0.5, -1]}\n", "overhead >= 0"),
+                        ("prefill_attention: {nvfp4: [0.5, 1]}\n", "has no nvfp4 rate"),
+                        ("prefill_attention: {fp8: 0.5}\n", r"must map precision -> \[fraction, overhead\]"),
+                        ("prefill_attention: 0.5\n", "prefill_attention must map precision")):
+        f = tmp_path / "h100.yaml"
+        f.write_text("name: h100\n" + text)
+        with pytest.raises(ValueError, match=match):
+            load_gpu(f)
+
+
 def test_a_gpu_based_on_another_can_drop_a_precisions_efficiency(tmp_path, monkeypatch):
     (tmp_path / "slow.yaml").write_text("name: slow\nbase: b200\ngemm_efficiency_by_precision: {fp8: 0.4, nvfp4: 0.3}\n")
     (tmp_path / "slower.yaml").write_text("name: slower\nbase: slow\ngemm_efficiency_by_precision: {fp8: null}\n")
