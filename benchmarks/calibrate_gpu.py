@@ -34,7 +34,10 @@ calls, L2 flushed before every call by writing a buffer of 4x the catalog's ``l2
 * Attention: ``torch.nn.functional.scaled_dot_product_attention`` in bf16, 32 heads of
   128: causal prefill (batch 1-8, sequence 1k-8k) and decode (one query over a 1k-32k KV
   cache). This times PyTorch's SDPA kernels (FlashAttention-2 class on Hopper, not FA3),
-  so the fitted ``attention_efficiency`` is that of SDPA.
+  so the fitted ``attention_efficiency`` is that of SDPA. The serving model's prompt attention
+  follows the GPU's ``prefill_attention`` law instead where the catalog has one for the
+  precision (the runtimes' FMHA, fitted by ``fit_prefill_attention.py`` on NVIDIA's published
+  timings; SDPA is another kernel); this file's ``attention_efficiency`` sets the rest.
 * All-reduce (bf16, 1 MiB-1 GiB, NCCL, every visible GPU) when ``torch.cuda.device_count()
   > 1``, in worker processes started by ``torch.multiprocessing.spawn``; otherwise
   recorded as "skipped: one GPU".

@@ -108,7 +108,7 @@ CALIBRATED: dict[str, tuple[str, list[float]]] = {
     "grouped_gemm_efficiency": ("further fraction of the FLOP rate reached by grouped MoE expert GEMMs",
                                 [0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0]),
     "attention_efficiency": ("further fraction of both rates reached by the fused prompt attention kernel",
-                             [0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0]),
+                             [0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0]),
     "decode_attention_efficiency": ("further fraction of both rates reached by the decode attention kernel",
                                     [0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]),
     "expert_tile_overhead_s": ("seconds per grouped expert-GEMM output tile beyond its main loop",

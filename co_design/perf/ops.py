@@ -327,6 +327,20 @@ def layer_kinds(arch: "Architecture", pp: int) -> tuple[tuple[bool, int | None, 
     return tuple((moe, w, c * scale) for moe, w, c in arch.layer_kinds())
 
 
+_ATTN_TILE = 128  # query rows and KV columns of a fused attention kernel's tile (GPU.prefill_attention)
+
+
+def prefill_attention_tile_efficiency(prompt_len: float, window: int | None, overhead: float) -> float:
+    """Fraction of a causal prompt attention kernel's tile-loop time spent on the prompt's attended pairs: each
+    128-row query tile computes its diagonal KV tile whole (half of it masked) and pays ``overhead`` KV tiles'
+    time once (``GPU.prefill_attention``), so ``pairs / (pairs + nq * (1/2 + overhead))`` in tiles, ``nq =
+    ceil(prompt_len / 128)``: 0.40 for a 1024-token prompt at an overhead of 5.5, 0.84 at 8192."""
+    if prompt_len <= 0:
+        return 1.0
+    tiles = attended_pairs(prompt_len, window) / _ATTN_TILE ** 2
+    return tiles / (tiles + math.ceil(prompt_len / _ATTN_TILE - 1e-9) * (0.5 + overhead))
+
+
 class _Table:
     """Collects one step's ops (helpers keep the formulas short).
 
@@ -421,14 +435,21 @@ class _Table:
                                     bound, "bf16", achieved_fraction=self._achieved(bound, 0.0, nbytes, t, "bf16")))
 
     def attention(self, name: str, flops: float, nbytes: float, count: float, prec: str = "bf16", *,
-                  decode: bool = False) -> None:
-        """A fused attention kernel: the prompt (FMHA over the prompt's tokens) or, with ``decode``, the decode one
-        (one query token per sequence over its cached KV); each has its own fraction of both rates."""
+                  decode: bool = False, prompt_len: float = 0.0, window: int | None = None) -> None:
+        """A fused attention kernel: the prompt (FMHA over prompts of ``prompt_len`` tokens, at the GPU's
+        ``prefill_attention`` law for ``prec`` where it has one) or, with ``decode``, the decode one (one query
+        token per sequence over its cached KV, at the GPU's ``attention_efficiency``); each has its own runtime
+        fraction of both rates."""
         if (flops <= 0 and nbytes <= 0) or count <= 0:
             return
         peak = self.gpu.peak_flops_per_s[prec]
         attn = self.decode_attn if decode else self.attn
-        compute_s = flops / (peak * self.gpu.attention_efficiency * self.eff * attn)
+        law = None if decode else self.gpu.prefill_attention.get(prec)
+        if law is not None:  # the published kernel law: its long-prompt fraction, less per query tile
+            kernel = law[0] * prefill_attention_tile_efficiency(prompt_len, window, law[1])
+        else:
+            kernel = self.gpu.attention_efficiency
+        compute_s = flops / (peak * kernel * self.eff * attn)
         t, bound = self._launched(*roofline(compute_s, nbytes / (self.bw * attn), self.kernel_oh))
         self.by_bound[bound] += t * count
         if self.keep:
@@ -553,7 +574,8 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
             # FlashAttention IO: Q, K, V read and O written once per prompt token (K/V re-reads hit L2/SMEM)
             kv_io = 2 * s.kv_dim if arch.mla is None else s.heads * (d_qk + d_v)
             io = pf_attn * (s.heads * (d_qk + d_v) + kv_io) * _BF16
-            t.attention("attention_prefill", 2.0 * arch.heads * (d_qk + d_v) * pairs, io, count, pf_prec)
+            t.attention("attention_prefill", 2.0 * arch.heads * (d_qk + d_v) * pairs, io, count, pf_prec,
+                        prompt_len=prefill_len, window=window)
         if decode:
             cached = min(context, window) if window else context
             cached /= s.kv_split

@@ -64,9 +64,12 @@ class Runtime:
     * ``grouped_gemm_efficiency``: further fraction of the FLOP rate reached by
       grouped MoE expert GEMMs.
     * ``attention_efficiency``: further fraction of both rates reached by the fused
-      prompt attention kernel (FMHA over a prompt chunk, its softmax and the
-      causal mask's partial tiles), on top of ``compute_efficiency`` and
-      ``bandwidth_efficiency``.
+      prompt attention kernel inside a serving step, on top of ``compute_efficiency``,
+      ``bandwidth_efficiency`` and the GPU's ``prefill_attention`` law (the kernel's
+      own rate by precision and prompt length, fitted on NVIDIA's published
+      isolated-kernel timings; a GPU without one: its flat ``attention_efficiency``).
+      What the law leaves out: chunks of long prompts reading their earlier chunks'
+      KV from the paged cache, and prompts of mixed lengths in one call.
     * ``decode_attention_efficiency``: the same for the decode attention kernel
       (one query token per sequence over its paged KV cache: gathers, split-KV
       reduction, short per-sequence work). A separate kernel with a separate
@@ -87,7 +90,7 @@ class Runtime:
       is why TensorRT-LLM's TP-sliced block-FP8 experts are slower than expert
       parallelism at low concurrency. Default 0: SGLang's and vLLM's block-FP8
       MoE kernels tile only the experts with rows (they run faster at TP8 than
-      at EP8 at one token). TensorRT-LLM on Hopper: 0.4e-6
+      at EP8 at one token). TensorRT-LLM on Hopper: 0.2e-6
       (``recipes/runtimes/tensorrt_llm_hopper.json``), fitted by
       ``benchmarks/validate_moe.py`` on NVIDIA's published MoE-layer
       measurements, not on serving rows.
@@ -149,21 +152,21 @@ class Runtime:
     max_num_tokens: int = 8192
     kv_cache_memory_fraction: float = 0.9
     reserve_bytes: float = 3.0 * 2**30
-    compute_efficiency: float = 1.0
+    compute_efficiency: float = 0.9
     nvfp4_compute_efficiency: float = 0.6
     bandwidth_efficiency: float = 1.0
-    grouped_gemm_efficiency: float = 0.2
+    grouped_gemm_efficiency: float = 0.3
     grouped_gemm_bandwidth_efficiency: float = 0.69
-    attention_efficiency: float = 0.4
-    decode_attention_efficiency: float = 0.9
-    expert_tile_overhead_s: float = 0.0
+    attention_efficiency: float = 0.6
+    decode_attention_efficiency: float = 1.0
+    expert_tile_overhead_s: float = 1e-6
     idle_expert_tile_s: float = 0.0
-    collective_efficiency: float = 0.7
+    collective_efficiency: float = 0.9
     kernel_gap_s: float = 2e-6
     collective_overhead_s: float = 15e-6
     iteration_overhead_s: float = 1e-3
-    request_overhead_s: float = 10e-6
-    eager_launch_s: float = 100e-6
+    request_overhead_s: float = 15e-6
+    eager_launch_s: float = 80e-6
     first_token_overhead_s: float = 30e-3
     moe_expert_load_cv: float = 1.28
 

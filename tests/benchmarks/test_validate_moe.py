@@ -123,7 +123,8 @@ def test_each_runtimes_block_fp8_split_is_read_from_its_own_file_and_the_runtime
     """The committed SGLang / vLLM block-FP8 MoE layers load with their runtime and kernel; on H200, one token
     through DeepSeek-R1's experts, TensorRT-LLM's kernels take TP8 over twice as long as EP8 and SGLang's and
     vLLM's well under (the reason the product default for idle expert tiles is 0); the model at the default
-    calls it even and with the TensorRT-LLM Hopper file puts TP8 behind."""
+    calls it about even (TP8 9 % behind: eight experts' output tiles at the fitted 1 us each, against one's) and
+    with the TensorRT-LLM Hopper file puts TP8 far behind."""
     others = vm.load_runtime_moe(sorted(vm.DATA.glob("runtime_moe_*.json")))
     assert {(c["runtime"], c["version"]) for c in others} == {("SGLang", "0.5.14"), ("vLLM", "0.24.0")}
     assert all(c["precision"] == "fp8_block" and c["kernel"] and c["time_s"] > 0 for c in others)
@@ -133,7 +134,7 @@ def test_each_runtimes_block_fp8_split_is_read_from_its_own_file_and_the_runtime
     one = next(r for r in rows if r["model"] == "DeepSeek-R1" and r["tokens"] == 1)
     assert one["measured"]["TensorRT-LLM 1.3.0rc20"] > 2 and max(one["measured"]["SGLang 0.5.14"],
                                                                   one["measured"]["vLLM 0.24.0"]) < 0.7
-    assert 0.95 < one["predicted"]["default"] < 1.05 and one["predicted"]["trt"] > 1.5
+    assert 1.0 < one["predicted"]["default"] < 1.15 and one["predicted"]["trt"] > 1.5
     assert "| h200 | DeepSeek-R1 | TP8 vs EP8 | 1 |" in text
     with pytest.raises(ValueError, match="not a published runtime MoE file"):
         vm.load_runtime_moe([vm.DATA / "moe_h200.json"])

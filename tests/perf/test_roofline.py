@@ -157,6 +157,41 @@ def test_prompt_and_decode_attention_kernels_each_take_their_own_fraction(mla):
         Runtime(decode_attention_efficiency=0.0)
 
 
+def test_prefill_attention_follows_the_gpus_published_kernel_law():
+    """The prompt attention kernel runs at the GPU's ``prefill_attention`` law for its precision: a long prompt near
+    the law's fraction of that precision's peak, a short one lower by the per-query-tile overhead; the FP8 context
+    FMHA (an FP8 KV cache) at the law's fp8 entry, not at twice the bf16 rate; a GPU without an entry at its flat
+    ``attention_efficiency``. Compute-bound prompts, so time = FLOPs / rate (+ one launch per layer)."""
+    from co_design.perf.ops import prefill_attention_tile_efficiency
+
+    arch = Architecture(hidden=4096, layers=1, heads=32, kv_heads=8, ffn=14336, vocab=32000)
+    gpu = get_gpu("h100")
+    launch = gpu.kernel_overhead_s + IDEAL.kernel_gap_s
+    rt = Runtime(**{**IDEAL.to_dict(), "attention_efficiency": 1.0})
+
+    def rate(g, kv, length):
+        dep = Deployment(weights="fp8", activations="fp8", kv_cache=kv, runtime=rt)
+        att = {o.name: o for o in step_ops(arch, g, dep, decode=0, context=0, prefill_tokens=length,
+                                           prefill_len=length, phase="prefill")}["attention_prefill"]
+        assert att.bound == "compute"
+        return att.flops / (att.time_s - launch)
+
+    for kv, prec in (("bf16", "bf16"), ("fp8", "fp8")):
+        frac, overhead = gpu.prefill_attention[prec]
+        for length in (1024, 8192):
+            expect = gpu.peak(prec) * frac * prefill_attention_tile_efficiency(length, None, overhead)
+            assert rate(gpu, kv, length) == pytest.approx(expect, rel=1e-9), (kv, length)
+    # on paper: 1024 tokens are 8 query tiles over 1024 * 1025 / 2 / 128^2 = 32.03 tiles of pairs
+    assert prefill_attention_tile_efficiency(1024, None, 5.5) == pytest.approx(32.03125 / (32.03125 + 8 * 6.0))
+    assert prefill_attention_tile_efficiency(1024, None, 0.0) < 1.0  # the masked half of each diagonal tile
+    assert rate(gpu, "fp8", 1024) < 0.5 * rate(gpu, "fp8", 8192)
+    # FP8 FMHA reaches 1.0-1.5x the bf16 kernel's rate on published timings, not the 2x of the peaks
+    assert 1.0 < rate(gpu, "fp8", 8192) / rate(gpu, "bf16", 8192) < 1.5
+    flat = gpu.replace(prefill_attention={})
+    for length in (4096, 8192):
+        assert rate(flat, "fp8", length) == pytest.approx(gpu.peak("fp8") * gpu.attention_efficiency, rel=1e-9)
+
+
 def test_expected_experts_touched_rejects_nonsense():
     with pytest.raises(ValueError, match="top_k=9"):
         expected_experts_touched(8, 9, 4)
@@ -366,7 +401,7 @@ def test_block_fp8_experts_pay_for_the_tiles_of_idle_local_experts():
 
     def moe(tp, ep, scaling, seconds):
         dep = Deployment(tp=tp, ep=ep, weights="fp8", activations="fp8", fp8_scaling=scaling,
-                         runtime=Runtime(idle_expert_tile_s=seconds))
+                         runtime=Runtime(idle_expert_tile_s=seconds, expert_tile_overhead_s=0.0))
         ops = {o.name: o for o in step_ops(arch, gpu, dep, **kw)}
         return ops["experts_gate_up"].time_s, ops["experts_down"].time_s
 
@@ -377,7 +412,8 @@ def test_block_fp8_experts_pay_for_the_tiles_of_idle_local_experts():
         assert down1 - down0 == pytest.approx(idle * 56 * idle_s / gpu.sms)
         # per-tensor FP8 runs a grouped GEMM over the experts that have rows only: no change
         assert moe(tp, ep, "tensor", idle_s) == moe(tp, ep, "tensor", 0.0)
-    # the default (0) is the runtimes whose kernels skip idle experts: TP8 and EP8 then cost about the same
+    # the default (0) is the runtimes whose kernels skip idle experts: TP8 and EP8 then cost about the same (without
+    # the per-tile latency of the tiles that do run, which TP8's eight experts have more of)
     tp8, ep8 = sum(moe(8, 1, "block", 0.0)), sum(moe(8, 8, "block", 0.0))
     assert tp8 == pytest.approx(ep8, rel=0.1)
     assert sum(moe(8, 1, "block", idle_s)) > 2 * sum(moe(8, 8, "block", idle_s))
