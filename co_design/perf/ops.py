@@ -31,7 +31,9 @@ after parallelism; see :class:`Shards`):
 * ``attention_prefill``: causal FLOPs ``2·heads·(d_qk + d_v)·pairs`` where pairs =
   Σ_i min(i, window) over prompt positions; FlashAttention IO (Q, K, V, O once);
   fp8 math when the KV cache and activations are 8-bit or narrower (FP8 context
-  FMHA), else bf16. A head_dim the GPU's kernels do not implement
+  FMHA), else bf16, at the GPU's ``prefill_attention`` law for that precision
+  (:func:`prefill_attention_tile_efficiency`: short prompts below the long-prompt
+  rate). A head_dim the GPU's kernels do not implement
   (``gpu.attention_head_dims``) runs padded to the next size they do.
 * ``attention_decode``: reads each sequence's KV cache (``min(context, window)``
   tokens) and writes the new token's K/V, FLOPs ``2·heads·(d_qk + d_v)`` per
