@@ -1,13 +1,14 @@
 """The prefill attention kernel law of the serving model, fitted on NVIDIA's published kernel timings (issue #10).
 
 A causal FMHA kernel (TensorRT-LLM's context attention, FlashAttention) gives each 128-row query tile of a
-sequence and head to a CTA, which walks the 128-column KV tiles up to the diagonal: tile ``i`` (from 0) computes
-``i + 1`` tiles, the diagonal one whole under the mask. Around that loop each query tile pays a fixed cost (load
-Q, the softmax's final rescale, write O) that does not shrink with the prompt, so short prompts run far below the
-kernel's long-prompt rate. Per call of ``batch`` sequences of ``isl`` tokens and ``heads`` query heads of
-head_dim ``d``, with ``nq = ceil(isl / 128)``::
+sequence and head to a CTA, which walks the 128-column KV tiles up to the diagonal, the diagonal one whole under
+the mask. Around that loop each query tile pays a fixed cost (load Q, the softmax's final rescale, write O) that
+does not shrink with the prompt, so short prompts run far below the kernel's long-prompt rate. Per call of
+``batch`` sequences of ``isl`` tokens and ``heads`` query heads of head_dim ``d``, the law is the one the serving
+model charges (``co_design.perf.ops.prefill_attention_tile_efficiency``, ``eff``)::
 
-    time = t0 + (batch * heads * (nq * (nq + 1) / 2 + overhead * nq)) * 4 * 128 * 128 * d / (fraction * peak)
+    time = t0 + batch * heads * 4 * d * isl (isl + 1) / 2 / (fraction * peak * eff(isl, overhead))
+    eff = pairs / (pairs + nq * (1/2 + overhead)), pairs = isl (isl + 1) / 2 / 128^2, nq = ceil(isl / 128)
 
 ``peak``: the catalog GPU's dense peak at the attention's precision (bf16, or fp8 for the FP8 context FMHA an
 FP8 KV cache runs); ``fraction``: of that peak, reached by the tile loop; ``overhead``: KV tiles' worth of time per
@@ -39,35 +40,32 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from co_design.hardware import get_gpu  # noqa: E402
+from co_design.perf.ops import prefill_attention_tile_efficiency  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "data" / "kernels"
 FORMAT = "co-design published prefill attention v1"
-TILE = 128  # query rows and KV columns of one FMHA tile
 HEAD_DIM = 128  # every call in the data
 OVERHEAD_GRID = tuple(x / 2 for x in range(0, 41))  # 0 .. 20 KV tiles per query tile
 T0_GRID = tuple(x * 2e-6 for x in range(0, 31))  # 0 .. 60 us per call
 GPUS = ("h100", "h200", "b200", "b300", "gb200", "gb300")
 
 
-def tile_work(batch: int, isl: int, heads: int) -> tuple[float, float]:
-    """(KV tiles computed, query tiles) of one causal call: ``batch * heads * nq (nq + 1) / 2`` and
-    ``batch * heads * nq``, ``nq = ceil(isl / 128)``."""
-    nq = -(-isl // TILE)
-    return batch * heads * nq * (nq + 1) / 2, float(batch * heads * nq)
+def loop_s(batch: int, isl: int, heads: int, peak: float, overhead: float) -> float:
+    """Seconds of one call's tile loop at the full ``peak`` under the law (module docstring): the causal FLOPs over
+    the serving model's tile efficiency."""
+    flops = batch * heads * 4.0 * HEAD_DIM * isl * (isl + 1) / 2
+    return flops / (peak * prefill_attention_tile_efficiency(isl, None, overhead))
 
 
 def predict_s(batch: int, isl: int, heads: int, peak: float, fraction: float, overhead: float, t0: float) -> float:
     """Seconds of one call under the law (module docstring)."""
-    kv, q = tile_work(batch, isl, heads)
-    return t0 + (kv + overhead * q) * 4.0 * TILE * TILE * HEAD_DIM / (fraction * peak)
+    return t0 + loop_s(batch, isl, heads, peak, overhead) / fraction
 
 
 def fit(calls: Sequence[tuple[int, int, int, float]], peak: float,
         overheads: Sequence[float] = OVERHEAD_GRID) -> dict[str, float]:
     """``fraction``, ``overhead`` (from ``overheads``), ``t0`` and the median and 90th-percentile absolute error
     (fraction of the measured time) of the law on ``calls`` ``(batch, isl, heads, seconds)``."""
-    flop = 4.0 * TILE * TILE * HEAD_DIM
-    work = [tile_work(b, isl, h) for b, isl, h, _ in calls]
     times = [t for *_, t in calls]
     best: tuple[float, float, float, float] | None = None
     for t0 in T0_GRID:
@@ -76,7 +74,7 @@ def fit(calls: Sequence[tuple[int, int, int, float]], peak: float,
         for oh in overheads:
             # fraction in closed form: the median of each call's own (its time less t0); the score is the median
             # |log(predicted / measured)| of the whole call
-            loops = [(kv + oh * q) * flop / peak for kv, q in work]  # seconds of the tile loop at the full peak
+            loops = [loop_s(b, isl, h, peak, oh) for b, isl, h, _ in calls]
             frac = math.exp(statistics.median(math.log(s / (t - t0)) for s, t in zip(loops, times)))
             score = statistics.median(abs(math.log((t0 + s / frac) / t)) for s, t in zip(loops, times))
             if best is None or score < best[0]:

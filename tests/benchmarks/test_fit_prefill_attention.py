@@ -32,9 +32,12 @@ def test_the_fit_recovers_the_law_it_is_given(fraction, overhead, t0):
         assert fpa.fit(_calls(fraction, overhead, t0, peak), peak, overheads=(0.0,))["median_error"] > 0.05
 
 
-def test_tile_work_on_paper():
-    # 1000 tokens: 8 query tiles, the i-th computing i + 1 KV tiles: 36, per sequence and head
-    assert fpa.tile_work(2, 1000, 3) == (2 * 3 * 36, 2 * 3 * 8)
+def test_the_law_is_the_serving_models_own_on_paper():
+    # 1024 tokens: 1024 * 1025 / 2 / 128^2 = 32.03 tiles of pairs, 8 query tiles each paying 1/2 (the masked half
+    # of its diagonal tile) + 5.5; 2 sequences x 3 heads x 4 x 128 FLOPs per pair
+    flops = 2 * 3 * 4 * 128 * 1024 * 1025 / 2
+    assert fpa.loop_s(2, 1024, 3, 1e15, 5.5) == pytest.approx(flops / 1e15 * (32.03125 + 8 * 6.0) / 32.03125)
+    assert fpa.predict_s(2, 1024, 3, 1e15, 0.5, 5.5, 20e-6) == pytest.approx(20e-6 + 2 * fpa.loop_s(2, 1024, 3, 1e15, 5.5))
 
 
 def test_the_catalog_carries_the_fit_of_the_committed_timings(tmp_path):

@@ -133,3 +133,8 @@ def test_committed_files_are_calibrate_gpu_runs_with_their_source(path: Path) ->
     assert all(m.ok for m in ms)
     keys = [json.dumps([m.kind, m.params], sort_keys=True) for m in ms]
     assert len(keys) == len(set(keys))  # one time per case
+
+
+def test_the_sm_counts_of_the_prefill_filter_are_the_catalogs() -> None:
+    # published_kernels.py runs outside the project's environment, so it keeps its own SM counts: they must agree
+    assert {pk.SYSTEMS[s]: n for s, n in pk.SYSTEM_SMS.items()} == {g: get_gpu(g).sms for g in pk.SYSTEMS.values()}
