@@ -37,7 +37,9 @@ calls, L2 flushed before every call by writing a buffer of 4x the catalog's ``l2
   so the fitted ``attention_efficiency`` is that of SDPA. The serving model's prompt attention
   follows the GPU's ``prefill_attention`` law instead where the catalog has one for the
   precision (the runtimes' FMHA, fitted by ``fit_prefill_attention.py`` on NVIDIA's published
-  timings; SDPA is another kernel); this file's ``attention_efficiency`` sets the rest.
+  timings; SDPA is another kernel); this file's ``attention_efficiency`` sets the rest. Decode
+  attention likewise follows the GPU's ``decode_attention`` law for the KV-cache format
+  (``fit_decode_attention.py``); the measured decode cases are reported, not fitted to it.
 * All-reduce (bf16, 1 MiB-1 GiB, NCCL, every visible GPU) when ``torch.cuda.device_count()
   > 1``, in worker processes started by ``torch.multiprocessing.spawn``; otherwise
   recorded as "skipped: one GPU".

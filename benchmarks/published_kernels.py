@@ -27,6 +27,11 @@ calibration fit and its predicted-vs-measured report run from a clone on any mac
   :data:`PREFILL_MIN_ISL` tokens whose query tiles fill the GPU's SMs at least once (``batch x heads x
   ceil(isl / 128) >= SMs``), to ``prefill_attention_<gpu>.json``, read by
   ``benchmarks/fit_prefill_attention.py``.
+* Decode attention for the same law's decode half (``generation_attention_perf``, TensorRT-LLM 1.3.0rc20,
+  ``torch_flow``): head_dim 128, no window, bf16 attention over a bf16 or an FP8 KV cache, grouped-query calls
+  (:data:`DECODE_GROUPS` query heads per KV head: the grouped kernel a GQA model runs; one KV head per query head
+  is another kernel), every batch, head count and cached length measured, to ``decode_attention_<gpu>.json``, read
+  by ``benchmarks/fit_decode_attention.py``.
 
 * MoE layers (``moe_perf``, TensorRT-LLM 1.3.0rc20, the paths of :data:`MOE_KERNELS`, balanced routing): the
   expert shapes of the MoE models in ``published_serving.json`` (:data:`MOE_SHAPES`), bf16 / fp8 (per-tensor) /
@@ -101,6 +106,9 @@ PREFILL_MIN_ISL = 256  # two query tiles of 128 rows: shorter prompts are one pa
 SYSTEM_SMS = {"h100_sxm": 132, "h200_sxm": 132, "b200_sxm": 148, "b300_sxm": 160, "gb200": 148, "gb300": 160}
 PREFILL_BATCH = (1, 4)
 DECODE_BATCH = (1, 16, 64, 256)
+DECODE_FORMAT = "co-design published decode attention v1"
+DECODE_COLUMNS = ("kv_cache", "batch", "heads", "kv_heads", "kv_len", "time_s")
+DECODE_GROUPS = range(2, 17)  # query heads per KV head of the calls kept
 DECODE_KV = (1024, 4096, 16384)
 
 
@@ -179,6 +187,23 @@ def prefill_attention_rows(rows: Iterable[Mapping[str, Any]], sms: int) -> list[
                 or r["kernel_source"] != "torch_flow" or isl < PREFILL_MIN_ISL or batch * heads * -(-isl // 128) < sms):
             continue
         by.setdefault((prec, batch, isl, heads, int(r["num_key_value_heads"])), []).append(_ms_to_s(r["latency"]))
+    order = list(PREFILL_DTYPES.values())
+    return [[*k, sorted(t)[len(t) // 2]] for k, t in sorted(by.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1:]))]
+
+
+def decode_attention_rows(rows: Iterable[Mapping[str, Any]]) -> list[list[Any]]:
+    """Rows (:data:`DECODE_COLUMNS`) of the decode-attention calls the kernel law is fitted on (module docstring),
+    sorted; ``kv_len`` is the cached tokens each sequence attends to (AIConfigurator's ``isl + step``); a repeated
+    call keeps its median time."""
+    by: dict[tuple, list[float]] = {}
+    for r in rows:
+        kv = PREFILL_DTYPES.get(r["kv_cache_dtype"])
+        heads, kv_heads = int(r["num_heads"]), int(r["num_key_value_heads"])
+        if (kv is None or r["attn_dtype"] != "bfloat16" or r["head_dim"] != 128 or r["window_size"] != 0
+                or r["kernel_source"] != "torch_flow" or heads % kv_heads or heads // kv_heads not in DECODE_GROUPS):
+            continue
+        key = (kv, int(r["batch_size"]), heads, kv_heads, int(r["isl"]) + int(r["step"]))
+        by.setdefault(key, []).append(_ms_to_s(r["latency"]))
     order = list(PREFILL_DTYPES.values())
     return [[*k, sorted(t)[len(t) // 2]] for k, t in sorted(by.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1:]))]
 
@@ -343,6 +368,22 @@ def extract_prefill_attention(data_dir: Path, system: str) -> dict[str, Any] | N
             "columns": list(PREFILL_COLUMNS), "rows": prefill_attention_rows(rows, SYSTEM_SMS[system])}
 
 
+def extract_decode_attention(data_dir: Path, system: str) -> dict[str, Any] | None:  # pragma: no cover - pandas
+    """The decode-attention document of one AIConfigurator system directory (None without the table)."""
+    import pandas as pd
+
+    rel = f"attention/trtllm/{TRTLLM}/generation_attention_perf.parquet"
+    path = data_dir / system / rel
+    if not path.exists():
+        return None
+    rows = pd.read_parquet(path).to_dict("records")
+    return {"format": DECODE_FORMAT, "gpu": SYSTEMS[system], "device": str(rows[0]["device"]),
+            "source": {"package": PACKAGE, "repository": REPOSITORY, "license": "Apache-2.0",
+                       "table": f"aiconfigurator_core/systems/data/{system}/{rel}",
+                       "latency_unit": "ms in the source; seconds here"},
+            "columns": list(DECODE_COLUMNS), "rows": decode_attention_rows(rows)}
+
+
 def dumps_rows(doc: Mapping[str, Any]) -> str:
     """JSON text of a document with a ``rows`` table, one row per line."""
     parts = [f" {json.dumps(k)}: {json.dumps(v)}" for k, v in doc.items() if k != "rows"]
@@ -381,6 +422,10 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - needs pand
         if prefill is not None:
             _write(args.out / f"prefill_attention_{gpu}.json", prefill, system,
                    f"{len(prefill['rows'])} prefill attention calls")
+        decode = extract_decode_attention(args.data_dir, system)
+        if decode is not None:
+            _write(args.out / f"decode_attention_{gpu}.json", decode, system,
+                   f"{len(decode['rows'])} decode attention calls")
         other = extract_runtime_moe(args.data_dir, system)
         if other is not None:
             _write(args.out / f"runtime_moe_{gpu}.json", other, system, f"{len(other['measurements'])} block-FP8 "

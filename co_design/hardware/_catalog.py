@@ -82,6 +82,13 @@ class GPU:
     precision it does not list runs at ``attention_efficiency`` of the peak at
     every length (``co_design.perf.ops``; ``benchmarks/fit_prefill_attention.py``
     fits the built-in entries on published kernel timings).
+    ``decode_attention`` maps a KV-cache format to ``(fraction, cta_s)`` of the decode
+    attention kernel (one query token per sequence over its cached KV): it streams the
+    cache at ``fraction`` of ``hbm_bytes_per_s`` and pays ``cta_s`` seconds for each wave
+    of its CTAs (one per sequence and KV head) over the SMs, however short the cache; a
+    format it does not list takes the entry of the narrowest wider format that has one
+    (:meth:`decode_attention_law`), else streams at ``memory_efficiency`` with no per-CTA
+    cost (``benchmarks/fit_decode_attention.py`` fits the built-in entries).
     ``sources`` maps each field name (``peak_flops_per_s.bf16`` for nested ones)
     to where its number comes from.
     """
@@ -102,6 +109,7 @@ class GPU:
     gemm_efficiency_by_precision: Mapping[str, float] = field(default_factory=dict)  # overrides per precision
     attention_efficiency: float = 0.65  # achievable fraction of peak for fused attention math
     prefill_attention: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # precision -> kernel law
+    decode_attention: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # KV format -> kernel law
     memory_efficiency: float = 0.85  # achievable fraction of HBM bandwidth
     kernel_overhead_s: float = 3e-6  # fixed cost per kernel (launch gap, prologue, tail)
     collective_latency_s: float = 10e-6  # seconds per synchronization step of a collective / point-to-point
@@ -122,14 +130,16 @@ class GPU:
             raise ValueError(f"GPU {self.name!r}: gemm_efficiency_by_precision must map precision -> number, got "
                              f"{self.gemm_efficiency_by_precision!r}") from None
         object.__setattr__(self, "gemm_efficiency_by_precision", MappingProxyType(by_precision))
-        try:
-            law = {p: (float(v[0]), float(v[1])) for p, v in dict(self.prefill_attention).items() if len(v) == 2}
-            if len(law) != len(self.prefill_attention):
-                raise ValueError
-        except (TypeError, ValueError, IndexError):
-            raise ValueError(f"GPU {self.name!r}: prefill_attention must map precision -> [fraction, overhead], got "
-                             f"{self.prefill_attention!r}") from None
-        object.__setattr__(self, "prefill_attention", MappingProxyType(law))
+        for key, terms in (("prefill_attention", "precision -> [fraction, overhead]"),
+                           ("decode_attention", "KV-cache format -> [fraction, cta_s]")):
+            given = getattr(self, key)
+            try:
+                law = {p: (float(v[0]), float(v[1])) for p, v in dict(given).items() if len(v) == 2}
+                if len(law) != len(given):
+                    raise ValueError
+            except (TypeError, ValueError, IndexError):
+                raise ValueError(f"GPU {self.name!r}: {key} must map {terms}, got {given!r}") from None
+            object.__setattr__(self, key, MappingProxyType(law))
         object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
         object.__setattr__(self, "gemm_tiles", tuple(self._checked_tile(t) for t in self.gemm_tiles))
         object.__setattr__(self, "attention_head_dims", tuple(sorted(int(d) for d in self.attention_head_dims)))
@@ -167,6 +177,13 @@ class GPU:
             if not 0 < frac <= 1 or not overhead >= 0:
                 raise ValueError(f"GPU {self.name!r}: prefill_attention.{prec} needs a fraction in (0, 1] and an "
                                  f"overhead >= 0 (KV tiles per query tile), got [{frac}, {overhead}]")
+        for prec, (frac, cta_s) in self.decode_attention.items():
+            if prec not in PRECISIONS:
+                raise ValueError(f"GPU {self.name!r}: decode_attention.{prec} is not a KV-cache format; use one of "
+                                 f"{PRECISIONS}")
+            if not 0 < frac <= 1 or not cta_s >= 0:
+                raise ValueError(f"GPU {self.name!r}: decode_attention.{prec} needs a fraction of the HBM bandwidth "
+                                 f"in (0, 1] and seconds per wave of CTAs >= 0, got [{frac}, {cta_s}]")
         for key in ("kernel_overhead_s", "collective_latency_s", "l2_bytes", "tdp_w"):
             if not float(getattr(self, key)) >= 0:
                 raise ValueError(f"GPU {self.name!r}: {key} must be >= 0, got {getattr(self, key)}")
@@ -236,6 +253,17 @@ class GPU:
         entry, else ``gemm_efficiency``."""
         return self.gemm_efficiency_by_precision.get(precision, self.gemm_efficiency)
 
+    def decode_attention_law(self, kv_cache: str) -> tuple[float, float] | None:
+        """``(fraction, cta_s)`` of the decode attention kernel over a ``kv_cache``-format cache: its
+        ``decode_attention`` entry, else that of the narrowest wider format with one (a format without published
+        timings, NVFP4, runs the same kernel family over fewer bytes, so it is never charged a slower kernel than a
+        wider format), else None (the flat stream at ``memory_efficiency``)."""
+        law = self.decode_attention.get(kv_cache)
+        if law is not None or kv_cache not in PRECISIONS:
+            return law
+        wider = PRECISIONS[:PRECISIONS.index(kv_cache)]  # widest first
+        return next((self.decode_attention[p] for p in reversed(wider) if p in self.decode_attention), None)
+
     def replace(self, **changes: Any) -> "GPU":
         """A copy with some numbers changed (e.g. a calibrated efficiency)."""
         return dataclasses.replace(self, **changes)
@@ -284,6 +312,7 @@ def _merge(raw: Mapping[str, Any], path: Path, base: Mapping[str, Any] | None) -
     peaks = dict(kw.get("peak_flops_per_s", {}))
     by_precision = dict(kw.get("gemm_efficiency_by_precision", {}))
     prefill = dict(kw.get("prefill_attention", {}))
+    decode = dict(kw.get("decode_attention", {}))
     precisions = dict(kw.get("precisions", {}))
     unknown = sorted(set(raw) - set(_FIELDS) - _META)
     if unknown:
@@ -302,8 +331,9 @@ def _merge(raw: Mapping[str, Any], path: Path, base: Mapping[str, Any] | None) -
                 peaks[prec] = float(v)
                 sources[f"peak_flops_per_s.{prec}"] = src
             continue
-        if key in ("gemm_efficiency_by_precision", "prefill_attention"):
-            table = by_precision if key == "gemm_efficiency_by_precision" else prefill
+        if key in ("gemm_efficiency_by_precision", "prefill_attention", "decode_attention"):
+            table = {"gemm_efficiency_by_precision": by_precision, "prefill_attention": prefill,
+                     "decode_attention": decode}[key]
             if not isinstance(entry, Mapping):
                 raise ValueError(f"GPU file {str(path)!r}: {key} must map precision -> value")
             for prec, sub in entry.items():
@@ -331,6 +361,7 @@ def _merge(raw: Mapping[str, Any], path: Path, base: Mapping[str, Any] | None) -
     kw["peak_flops_per_s"] = peaks
     kw["gemm_efficiency_by_precision"] = by_precision
     kw["prefill_attention"] = prefill
+    kw["decode_attention"] = decode
     kw["precisions"] = precisions
     kw["sources"] = sources
     return kw

@@ -119,8 +119,32 @@ def test_prefill_attention_rows_keep_matching_dtypes_at_head_dim_128_filling_the
     assert json.loads(pk.dumps_rows(doc)) == doc and pk.dumps_rows(doc).count("\n") == 10
 
 
+def _generation(**kw):
+    row = {"attn_dtype": "bfloat16", "kv_cache_dtype": "fp8", "head_dim": 128, "window_size": 0,
+           "kernel_source": "torch_flow", "isl": 1, "step": 1023, "batch_size": 8, "num_heads": 32,
+           "num_key_value_heads": 8, "latency": 0.05}
+    return {**row, **kw}
+
+
+def test_decode_attention_rows_keep_grouped_query_calls_at_head_dim_128() -> None:
+    rows = [_generation(), _generation(kv_cache_dtype="bfloat16", latency=0.08),
+            _generation(latency=0.07), _generation(latency=0.06),  # repeats: the median time stays
+            _generation(num_heads=128, num_key_value_heads=8, latency=0.02),  # 16 query heads per KV head: kept
+            _generation(num_heads=8),  # one query head per KV head: the MHA kernel, another law
+            _generation(num_heads=136),  # 17 per KV head
+            _generation(num_heads=12),  # 1.5 per KV head
+            _generation(kv_cache_dtype="nvfp4"), _generation(attn_dtype="fp8"), _generation(head_dim=64),
+            _generation(window_size=128), _generation(kernel_source="torch_flow_flashinfer")]
+    got = pk.decode_attention_rows(rows)
+    assert got == [["bf16", 8, 32, 8, 1024, pytest.approx(80e-6)], ["fp8", 8, 32, 8, 1024, pytest.approx(60e-6)],
+                   ["fp8", 8, 128, 8, 1024, pytest.approx(20e-6)]]
+    doc = {"format": pk.DECODE_FORMAT, "gpu": "h100", "columns": list(pk.DECODE_COLUMNS), "rows": got}
+    assert json.loads(pk.dumps_rows(doc)) == doc
+
+
 @pytest.mark.parametrize("path", sorted(p for p in DATA.glob("*.json")
-                                        if not p.name.startswith(("moe_", "runtime_moe_", "prefill_attention_"))),
+                                        if not p.name.startswith(("moe_", "runtime_moe_", "prefill_attention_",
+                                                                 "decode_attention_"))),
                          ids=lambda p: p.stem)
 def test_committed_files_are_calibrate_gpu_runs_with_their_source(path: Path) -> None:
     name, meta, ms = cg.load_measurements(path)

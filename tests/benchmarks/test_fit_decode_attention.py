@@ -1,0 +1,70 @@
+"""benchmarks/fit_decode_attention.py: the decode attention kernel law is recovered from calls it generated, and
+the catalog's entries are what the fit gives on the committed published timings."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+import fit_decode_attention as fda  # benchmarks/ is on pytest's pythonpath (pyproject.toml)
+
+from co_design.hardware import get_gpu
+
+HBM, SMS = 4e12, 132
+
+
+def _calls(fraction, cta_s, t0, kv="fp8", noise=0.0, seed=0):
+    rng = random.Random(seed)
+    out = []
+    for b in (1, 8, 64, 512, 2048):
+        for heads, kv_heads in ((32, 8), (8, 1), (64, 4)):
+            for kv_len in (16, 1024, 16384):
+                t = fda.predict_s((b, heads, kv_heads, kv_len), kv, HBM, SMS, fraction, cta_s, t0)
+                out.append((b, heads, kv_heads, kv_len, t * (1 + rng.uniform(-noise, noise))))
+    return out
+
+
+@pytest.mark.parametrize("fraction, cta_s, t0", [(0.8, 4e-6, 6e-6), (0.95, 1.2e-6, 10e-6), (0.6, 0.0, 0.0)])
+def test_the_fit_recovers_the_law_it_is_given(fraction, cta_s, t0):
+    # two formats, each with its own fraction and t0, one CTA cost
+    law = {"fp8": (fraction, t0), "bf16": (fraction * 0.9, t0 + 2e-6)}
+
+    def calls(noise=0.0, seed=0):
+        return {kv: _calls(f, cta_s, t, kv=kv, noise=noise, seed=seed) for kv, (f, t) in law.items()}
+
+    r = fda.fit(calls(), HBM, SMS)
+    for kv, (f, t) in law.items():
+        assert r[kv]["fraction"] == pytest.approx(f, rel=1e-6), kv
+        assert r[kv]["cta_s"] == pytest.approx(cta_s, abs=1e-11) and r[kv]["t0_s"] == pytest.approx(t, abs=1e-11)
+        assert r[kv]["median_error"] < 1e-6
+    noisy = fda.fit(calls(noise=0.05, seed=1), HBM, SMS)
+    for kv, (f, _) in law.items():
+        assert noisy[kv]["fraction"] == pytest.approx(f, rel=0.05) and abs(noisy[kv]["cta_s"] - cta_s) < 0.3e-6
+    # without the per-CTA term the law cannot follow large batches of short caches
+    if cta_s:
+        assert fda.fit(calls(), HBM, SMS, per_cta=False)["fp8"]["p90_error"] > 0.1
+
+
+def test_the_law_is_the_serving_models_own_on_paper():
+    # 64 sequences x 8 KV heads = 512 CTAs: 4 waves of 132 SMs; bytes: the cached K and V (1024 tokens x 8 heads x
+    # 2 x 128 x 1 byte), the new token's K and V read in bf16 and cached in fp8, q in and o out (32 heads, bf16)
+    per_seq = 2 * 128 * 8 * (1024 * 1 + 2 + 1) + 2 * 128 * 32 * 2
+    assert fda.call_bytes(64, 32, 8, 1024, "fp8") == 64 * per_seq
+    t = fda.predict_s((64, 32, 8, 1024), "fp8", HBM, SMS, 0.8, 2e-6, 5e-6)
+    assert t == pytest.approx(5e-6 + 64 * per_seq / (0.8 * HBM) + 4 * 2e-6)
+
+
+def test_the_catalog_carries_the_fit_of_the_committed_timings():
+    fits = fda.fit_gpu("h200")
+    gpu = get_gpu("h200")
+    for kv, r in fits.items():
+        assert gpu.decode_attention[kv] == pytest.approx(fda.catalog_entry(r), rel=1e-12), kv
+        assert r["median_error"] < 0.18 and r["calls"] == 2512, kv
+    # one CTA cost for both formats
+    assert gpu.decode_attention["bf16"][1] == gpu.decode_attention["fp8"][1]
+    doc = json.loads((fda.DATA / "decode_attention_h200.json").read_text())
+    assert doc["source"]["repository"].endswith("ai-dynamo/aiconfigurator") and doc["gpu"] == "h200"
+    text = fda.report({"h200": fits})
+    assert text.count("| h200 |") == 2 and "[0.707, 0.61 us]" in text
