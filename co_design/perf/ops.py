@@ -39,6 +39,10 @@ after parallelism; see :class:`Shards`):
   tokens) and writes the new token's K/V, FLOPs ``2·heads·(d_qk + d_v)`` per
   cached token; MLA absorbed: ``2·heads·(2·kv_lora + rope)`` per cached token over
   the shared latent (read once per sequence, MQA-like), no ``kv_b_proj`` over the cache.
+  At the GPU's ``decode_attention`` law for the KV-cache format
+  (:func:`decode_attention_time_s`: the bytes at the law's fraction of the HBM
+  bandwidth, plus its cost per wave of CTAs, one per sequence and KV head; MLA one
+  per sequence, its law taken from the grouped-query kernel's).
 * ``o_proj`` GEMM (Helix: TP over all ``tp`` ranks after the all-to-all); TP
   all-reduce; ``ffn_norm`` (fused into that all-reduce under TP).
 * With block-scaled FP8 activations (``Deployment.fp8_scaling == "block"``) a
@@ -89,7 +93,8 @@ if TYPE_CHECKING:
     from co_design.perf.types import Runtime
 
 __all__ = ["Shards", "shards", "step_ops", "step_time", "expected_experts_touched", "attended_pairs",
-           "expected_max_normal", "busiest_rank_load", "busiest_rank_experts", "ranks_per_token", "attention_head_dim"]
+           "expected_max_normal", "busiest_rank_load", "busiest_rank_experts", "ranks_per_token", "attention_head_dim",
+           "prefill_attention_tile_efficiency", "decode_attention_time_s"]
 
 _BF16 = 2.0
 # block-scaled FP8 (Deployment.fp8_scaling == "block"): the dense GEMMs whose input comes from a norm or from
@@ -343,6 +348,17 @@ def prefill_attention_tile_efficiency(prompt_len: float, window: int | None, ove
     return tiles / (tiles + math.ceil(prompt_len / _ATTN_TILE - 1e-9) * (0.5 + overhead))
 
 
+def decode_attention_time_s(nbytes: float, ctas: float, hbm_bytes_per_s: float, sms: int, fraction: float,
+                            cta_s: float) -> float:
+    """Seconds of a decode attention kernel's work under the GPU's ``decode_attention`` law: ``nbytes`` (the KV
+    cache read, q in, o out) streamed at ``fraction`` of ``hbm_bytes_per_s``, plus ``cta_s`` for each wave of its
+    ``ctas`` CTAs (one per sequence and KV head: loading the query, the softmax's final rescale and writing the
+    output, paid however short the cache) over the ``sms`` SMs: ``ceil(ctas / sms)`` waves, at least one. No
+    launch: the serving model charges kernels' launches itself."""
+    waves = max(1, math.ceil(ctas / sms - 1e-9)) if ctas > 0 else 0
+    return nbytes / (hbm_bytes_per_s * fraction) + waves * cta_s
+
+
 class _Table:
     """Collects one step's ops (helpers keep the formulas short).
 
@@ -437,11 +453,14 @@ class _Table:
                                     bound, "bf16", achieved_fraction=self._achieved(bound, 0.0, nbytes, t, "bf16")))
 
     def attention(self, name: str, flops: float, nbytes: float, count: float, prec: str = "bf16", *,
-                  decode: bool = False, prompt_len: float = 0.0, window: int | None = None) -> None:
+                  decode: bool = False, prompt_len: float = 0.0, window: int | None = None,
+                  kv_cache: str | None = None, ctas: float = 0.0) -> None:
         """A fused attention kernel: the prompt (FMHA over prompts of ``prompt_len`` tokens, at the GPU's
         ``prefill_attention`` law for ``prec`` where it has one) or, with ``decode``, the decode one (one query
-        token per sequence over its cached KV, at the GPU's ``attention_efficiency``); each has its own runtime
-        fraction of both rates."""
+        token per sequence over its cached KV in format ``kv_cache``, in ``ctas`` CTAs, at the GPU's
+        ``decode_attention`` law for that format where it has one); elsewhere at the GPU's flat
+        ``attention_efficiency`` of the FLOP rate and the HBM bandwidth the other ops reach. Each has its own
+        runtime fraction of both rates."""
         if (flops <= 0 and nbytes <= 0) or count <= 0:
             return
         peak = self.gpu.peak_flops_per_s[prec]
@@ -452,7 +471,14 @@ class _Table:
         else:
             kernel = self.gpu.attention_efficiency
         compute_s = flops / (peak * kernel * self.eff * attn)
-        t, bound = self._launched(*roofline(compute_s, nbytes / (self.bw * attn), self.kernel_oh))
+        dlaw = self.gpu.decode_attention_law(kv_cache) if decode and kv_cache else None
+        if dlaw is not None:  # the published kernel law (its streaming fraction, each wave of CTAs), all of it slower
+            # by the runtime's fraction
+            memory_s = decode_attention_time_s(nbytes, ctas, self.gpu.hbm_bytes_per_s * self.bw_eff, self.gpu.sms,
+                                               *dlaw) / attn
+        else:
+            memory_s = nbytes / (self.bw * attn)
+        t, bound = self._launched(*roofline(compute_s, memory_s, self.kernel_oh))
         self.by_bound[bound] += t * count
         if self.keep:
             self.rows.append(OpCost(name, self.phase, "attention", count, t * count, flops * count, nbytes * count,
@@ -592,7 +618,9 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
                 q_o = s.heads * (s.kv_dim + arch.mla.kv_lora_rank)
             # one kernel: RoPE and the new token's KV write (new_kv), the cache read, q in and o out
             io = dec_attn * (cached * kv_tok_bytes + q_o * _BF16 + new_kv)
-            t.attention("attention_decode", fl, io, count, "bf16", decode=True)
+            # the kernel's CTAs: one per sequence and KV head (MLA: one shared latent head)
+            ctas = dec_attn * (1.0 if arch.mla is not None else s.kv_heads)
+            t.attention("attention_decode", fl, io, count, "bf16", decode=True, kv_cache=kvp, ctas=ctas)
             if s.kv_split > 1:  # Helix: combine partial outputs + softmax stats across KV ranks
                 # per sequence and head: the partial output (d_v, bf16) and its softmax max and sum (2 x fp32)
                 t.comm("helix_all_to_all", "all_to_all", dec_attn * s.heads * (d_v * _BF16 + 2 * 4.0), s.kv_split,

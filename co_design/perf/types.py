@@ -71,10 +71,14 @@ class Runtime:
       What the law leaves out: chunks of long prompts reading their earlier chunks'
       KV from the paged cache, and prompts of mixed lengths in one call.
     * ``decode_attention_efficiency``: the same for the decode attention kernel
-      (one query token per sequence over its paged KV cache: gathers, split-KV
-      reduction, short per-sequence work). A separate kernel with a separate
-      fraction: fitted as one, the prompt's compute-bound share and the decode's
-      bandwidth-bound share pulled a single value between them.
+      (one query token per sequence over its paged KV cache), on top of the GPU's
+      ``decode_attention`` law (the kernel's streaming fraction of the HBM
+      bandwidth and its cost per wave of CTAs, one per sequence and KV head, fitted
+      on NVIDIA's published isolated-kernel timings; a KV-cache format without
+      one: ``memory_efficiency`` of the bandwidth, no per-CTA cost). It scales the
+      whole kernel. A separate kernel with a separate fraction: fitted as one, the
+      prompt's compute-bound share and the decode's bandwidth-bound share pulled a
+      single value between them.
     * ``expert_tile_overhead_s``: seconds each output tile of a grouped expert GEMM
       costs an SM beyond its main loop (per-group problem setup, pipeline fill,
       epilogue) that the grouped kernel does not hide; fine-grained experts with
@@ -152,20 +156,20 @@ class Runtime:
     max_num_tokens: int = 8192
     kv_cache_memory_fraction: float = 0.9
     reserve_bytes: float = 3.0 * 2**30
-    compute_efficiency: float = 0.9
+    compute_efficiency: float = 1.0
     nvfp4_compute_efficiency: float = 0.6
     bandwidth_efficiency: float = 1.0
     grouped_gemm_efficiency: float = 0.3
     grouped_gemm_bandwidth_efficiency: float = 0.69
-    attention_efficiency: float = 0.6
+    attention_efficiency: float = 0.5
     decode_attention_efficiency: float = 1.0
     expert_tile_overhead_s: float = 1e-6
     idle_expert_tile_s: float = 0.0
-    collective_efficiency: float = 0.9
+    collective_efficiency: float = 0.8
     kernel_gap_s: float = 2e-6
     collective_overhead_s: float = 15e-6
     iteration_overhead_s: float = 1e-3
-    request_overhead_s: float = 15e-6
+    request_overhead_s: float = 10e-6
     eager_launch_s: float = 80e-6
     first_token_overhead_s: float = 30e-3
     moe_expert_load_cv: float = 1.28

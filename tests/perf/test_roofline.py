@@ -192,6 +192,58 @@ def test_prefill_attention_follows_the_gpus_published_kernel_law():
         assert rate(flat, "fp8", length) == pytest.approx(gpu.peak("fp8") * gpu.attention_efficiency, rel=1e-9)
 
 
+def test_decode_attention_follows_the_gpus_published_kernel_law():
+    """The decode attention kernel streams its bytes at the GPU's ``decode_attention`` fraction of the peak HBM
+    bandwidth for the KV-cache format and pays ``cta_s`` per wave of CTAs, one per sequence and KV head (MLA: one
+    per sequence); a format without an entry streams at ``memory_efficiency`` with no per-CTA cost. Memory-bound
+    decode, so time = the law (+ one launch per layer)."""
+    from co_design.arch import MLA
+    from co_design.perf.ops import decode_attention_time_s
+
+    gpu = get_gpu("h100")
+    launch = gpu.kernel_overhead_s + IDEAL.kernel_gap_s
+
+    def op(arch, g, kv, batch, context):
+        dep = Deployment(weights="fp8", activations="fp8", kv_cache=kv, runtime=IDEAL)
+        att = {o.name: o for o in step_ops(arch, g, dep, decode=batch, context=context, prefill_tokens=0,
+                                           prefill_len=0)}["attention_decode"]
+        assert att.bound == "memory"
+        return att
+
+    gqa = Architecture(hidden=4096, layers=1, heads=32, kv_heads=8, ffn=14336, vocab=32000)
+    for kv in ("bf16", "fp8"):
+        frac, cta_s = gpu.decode_attention[kv]
+        for batch, context in ((64, 4096), (2048, 16), (1, 100_000)):
+            a = op(gqa, gpu, kv, batch, context)
+            waves = math.ceil(batch * 8 / gpu.sms)
+            assert a.time_s == pytest.approx(launch + a.bytes / (gpu.hbm_bytes_per_s * frac) + waves * cta_s,
+                                             rel=1e-12), (kv, batch)
+            assert a.time_s == pytest.approx(launch + decode_attention_time_s(
+                a.bytes, batch * 8, gpu.hbm_bytes_per_s, gpu.sms, frac, cta_s), rel=1e-12)
+    # many sequences over short caches: the CTAs' fixed cost, not the bytes, sets the time
+    short = op(gqa, gpu, "bf16", 2048, 16)
+    assert short.time_s > 1.5 * (launch + short.bytes / (gpu.hbm_bytes_per_s * gpu.decode_attention["bf16"][0]))
+    # MLA decode reads one shared latent per sequence: one CTA per sequence
+    mla = Architecture(hidden=2048, layers=1, heads=16, kv_heads=16, ffn=8192, vocab=32000,
+                       mla=MLA(q_lora_rank=0, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+                               v_head_dim=128))
+    m = op(mla, gpu, "fp8", 300, 2048)
+    frac, cta_s = gpu.decode_attention["fp8"]
+    assert m.time_s == pytest.approx(launch + m.bytes / (gpu.hbm_bytes_per_s * frac) + 3 * cta_s, rel=1e-12)
+    # no entry for the format: the narrowest wider format's law (NVFP4 KV on B200: FP8's), else the flat stream at
+    # memory_efficiency, no per-CTA cost
+    b200 = get_gpu("b200")
+    assert b200.decode_attention_law("nvfp4") == b200.decode_attention["fp8"]
+    assert gpu.replace(decode_attention={"bf16": (0.5, 1e-6)}).decode_attention_law("fp8") == (0.5, 1e-6)
+    a = op(gqa, b200, "nvfp4", 64, 4096)
+    frac, cta_s = b200.decode_attention["fp8"]
+    assert a.time_s == pytest.approx(launch + a.bytes / (b200.hbm_bytes_per_s * frac) + 4 * cta_s, rel=1e-12)
+    flat = gpu.replace(decode_attention={})
+    assert flat.decode_attention_law("fp8") is None
+    a = op(gqa, flat, "fp8", 64, 4096)
+    assert a.time_s == pytest.approx(launch + a.bytes / (gpu.hbm_bytes_per_s * gpu.memory_efficiency), rel=1e-12)
+
+
 def test_expected_experts_touched_rejects_nonsense():
     with pytest.raises(ValueError, match="top_k=9"):
         expected_experts_touched(8, 9, 4)
