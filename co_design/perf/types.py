@@ -170,7 +170,7 @@ class Runtime:
     collective_overhead_s: float = 15e-6
     iteration_overhead_s: float = 1e-3
     request_overhead_s: float = 10e-6
-    eager_launch_s: float = 80e-6
+    eager_launch_s: float = 100e-6
     first_token_overhead_s: float = 30e-3
     moe_expert_load_cv: float = 1.28
 
