@@ -53,8 +53,8 @@ Each limit adds them, and the larger limit answers, for the mean and the quantil
 The quantile is a gamma law's with the sum's mean and variance (part 1's from the same
 moments, ``E[W^2] = 2 W^2 + lambda S^3 / (3 (1 - rho))`` for M/D/1's,
 part 2's from its Poisson sum; the parts taken as independent). Against a simulation of
-that scheduler (``benchmarks/prompt_queue_sim.py``) the mean comes within 0.88-1.14x and
-the p99 within 0.86-1.18x on the serving model's step times (prompts 0.03-4x the room,
+that scheduler (``benchmarks/prompt_queue_sim.py``) the mean comes within 0.87-1.14x and
+the p99 within 0.85-1.19x on the serving model's step times (prompts 0.03-4x the room,
 busy 4-85 % of the time), and within 0.84-1.09x and 0.76-1.18x on 81 cases of iterations
 linear in their tokens (``tests/benchmarks/test_prompt_queue_sim.py``); the fluid M/D/1
 alone gave 0.02-0.96x and 0.21-1.08x, short prompts' waits being mostly the iteration in
