@@ -15,12 +15,13 @@ tokens in a ``b``-byte format, the law is the one the serving model charges (``c
 
 ``hbm``, ``sms``: the catalog GPU's peak HBM bandwidth and SM count; ``fraction``: of that bandwidth, reached while
 streaming, per KV-cache format; ``cta_s``: seconds per wave of CTAs, one per GPU (a CTA's fixed work does not
-depend on the cache's format, and one value keeps a narrower cache from being charged a slower kernel); ``t0``: seconds per call outside the kernel (the timed op's launch,
-its host side and the small kernels beside it), fitted so it does not bias the other two, and not carried into
-the serving model, which charges launches itself. The fit is a bounded least-squares on the log of predicted over
-measured time over both formats' calls (``t0, cta_s >= 0``, ``fraction <= 1``), so short calls weigh as much as
-long ones. The report sets it beside the flat law the serving model charged before: the bytes at one fraction of the
-bandwidth, no per-CTA cost (fraction and ``t0`` refitted).
+depend on the cache's format, and one value keeps a narrower cache from being charged a slower kernel); ``t0``:
+seconds per call outside the kernel (the timed op's launch, its host side and the small kernels beside it), fitted
+so it does not bias the other two, and not carried into the serving model, which charges launches itself. The fit
+is a bounded least-squares on the log of predicted over measured time over both formats' calls (``t0, cta_s >=
+0``, ``fraction <= 1``), so short calls weigh as much as long ones. The report sets it beside a flat law (the bytes
+at one refitted fraction of the bandwidth, no per-CTA cost, ``t0`` refitted) and beside the fraction the serving
+model streamed the cache at before (the GPU's ``memory_efficiency``).
 
 Data: ``benchmarks/data/kernels/decode_attention_<gpu>.json`` (``published_kernels.py``: AIConfigurator's
 TensorRT-LLM 1.3.0rc20 generation-attention table, head_dim 128, no window, bf16 attention over a bf16 or an FP8
