@@ -75,8 +75,9 @@ class Runtime:
       ``decode_attention`` law (the kernel's streaming fraction of the HBM
       bandwidth and its cost per wave of CTAs, one per sequence and KV head, fitted
       on NVIDIA's published isolated-kernel timings; a KV-cache format without
-      one: ``memory_efficiency`` of the bandwidth, no per-CTA cost). It scales the
-      whole kernel. A separate kernel with a separate fraction: fitted as one, the
+      one takes the narrowest wider format's, ``GPU.decode_attention_law``; a GPU
+      without any: ``memory_efficiency`` of the bandwidth, no per-CTA cost). It
+      scales the whole kernel. A separate kernel with a separate fraction: fitted as one, the
       prompt's compute-bound share and the decode's bandwidth-bound share pulled a
       single value between them.
     * ``expert_tile_overhead_s``: seconds each output tile of a grouped expert GEMM
