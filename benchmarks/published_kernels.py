@@ -352,36 +352,34 @@ def extract_runtime_moe(data_dir: Path, system: str) -> dict[str, Any] | None:  
             "measurements": cases}
 
 
-def extract_prefill_attention(data_dir: Path, system: str) -> dict[str, Any] | None:  # pragma: no cover - pandas
-    """The prefill-attention document of one AIConfigurator system directory (None without the table)."""
+def _extract_attention(data_dir: Path, system: str, table: str, fmt: str, columns: tuple[str, ...],
+                       select: Any) -> dict[str, Any] | None:  # pragma: no cover - pandas
+    """The ``fmt`` document of one AIConfigurator system directory's TensorRT-LLM attention ``table`` (None without
+    it): ``select(rows)`` gives its ``columns`` rows."""
     import pandas as pd
 
-    rel = f"attention/trtllm/{TRTLLM}/context_attention_perf.parquet"
+    rel = f"attention/trtllm/{TRTLLM}/{table}.parquet"
     path = data_dir / system / rel
     if not path.exists():
         return None
     rows = pd.read_parquet(path).to_dict("records")
-    return {"format": PREFILL_FORMAT, "gpu": SYSTEMS[system], "device": str(rows[0]["device"]),
+    return {"format": fmt, "gpu": SYSTEMS[system], "device": str(rows[0]["device"]),
             "source": {"package": PACKAGE, "repository": REPOSITORY, "license": "Apache-2.0",
                        "table": f"aiconfigurator_core/systems/data/{system}/{rel}",
                        "latency_unit": "ms in the source; seconds here"},
-            "columns": list(PREFILL_COLUMNS), "rows": prefill_attention_rows(rows, SYSTEM_SMS[system])}
+            "columns": list(columns), "rows": select(rows)}
+
+
+def extract_prefill_attention(data_dir: Path, system: str) -> dict[str, Any] | None:  # pragma: no cover - pandas
+    """The prefill-attention document of one AIConfigurator system directory (None without the table)."""
+    return _extract_attention(data_dir, system, "context_attention_perf", PREFILL_FORMAT, PREFILL_COLUMNS,
+                              lambda rows: prefill_attention_rows(rows, SYSTEM_SMS[system]))
 
 
 def extract_decode_attention(data_dir: Path, system: str) -> dict[str, Any] | None:  # pragma: no cover - pandas
     """The decode-attention document of one AIConfigurator system directory (None without the table)."""
-    import pandas as pd
-
-    rel = f"attention/trtllm/{TRTLLM}/generation_attention_perf.parquet"
-    path = data_dir / system / rel
-    if not path.exists():
-        return None
-    rows = pd.read_parquet(path).to_dict("records")
-    return {"format": DECODE_FORMAT, "gpu": SYSTEMS[system], "device": str(rows[0]["device"]),
-            "source": {"package": PACKAGE, "repository": REPOSITORY, "license": "Apache-2.0",
-                       "table": f"aiconfigurator_core/systems/data/{system}/{rel}",
-                       "latency_unit": "ms in the source; seconds here"},
-            "columns": list(DECODE_COLUMNS), "rows": decode_attention_rows(rows)}
+    return _extract_attention(data_dir, system, "generation_attention_perf", DECODE_FORMAT, DECODE_COLUMNS,
+                              decode_attention_rows)
 
 
 def dumps_rows(doc: Mapping[str, Any]) -> str:
