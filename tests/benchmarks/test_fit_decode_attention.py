@@ -60,7 +60,10 @@ def test_the_catalog_carries_the_fit_of_the_committed_timings():
     fits = fda.fit_gpu("h200")
     gpu = get_gpu("h200")
     for kv, r in fits.items():
-        assert gpu.decode_attention[kv] == pytest.approx(fda.catalog_entry(r), rel=1e-12), kv
+        # within one step of the catalog's rounding (0.001, 0.01 us): a fit that lands by a hair on the other side
+        # of a rounding boundary under another BLAS or scipy still matches; a stale entry does not
+        frac, cta_s = gpu.decode_attention[kv]
+        assert frac == pytest.approx(r["fraction"], abs=1e-3) and cta_s == pytest.approx(r["cta_s"], abs=1e-8), kv
         assert r["median_error"] < 0.18 and r["calls"] == 2512, kv
     # one CTA cost for both formats
     assert gpu.decode_attention["bf16"][1] == gpu.decode_attention["fp8"][1]
