@@ -32,6 +32,11 @@ calibration fit and its predicted-vs-measured report run from a clone on any mac
   (:data:`DECODE_GROUPS` query heads per KV head: the grouped kernel a GQA model runs; one KV head per query head
   is another kernel), every batch, head count and cached length measured, to ``decode_attention_<gpu>.json``, read
   by ``benchmarks/fit_decode_attention.py``.
+* Decode MLA attention for the law's MLA half (``generation_mla_perf`` in ``mla/trtllm/1.3.0rc20``, the absorbed,
+  MQA-like decode kernel over the shared latent cache): DeepSeek-V3's MLA (kv_lora_rank 512, qk_rope_head_dim 64:
+  the shape AIConfigurator's MLA collector times; its module table names ``deepseek-ai/DeepSeek-V3``), bf16
+  attention over a bf16 or an FP8 latent cache, 1-128 query heads on the GPU (128 / TP), every batch and cached
+  length measured, to ``decode_mla_<gpu>.json``, read by ``benchmarks/fit_decode_attention.py``.
 
 * MoE layers (``moe_perf``, TensorRT-LLM 1.3.0rc20, the paths of :data:`MOE_KERNELS`, balanced routing): the
   expert shapes of the MoE models in ``published_serving.json`` (:data:`MOE_SHAPES`), bf16 / fp8 (per-tensor) /
@@ -110,6 +115,8 @@ DECODE_FORMAT = "co-design published decode attention v1"
 DECODE_COLUMNS = ("kv_cache", "batch", "heads", "kv_heads", "kv_len", "time_s")
 DECODE_GROUPS = range(2, 17)  # query heads per KV head of the calls kept
 DECODE_KV = (1024, 4096, 16384)
+MLA_FORMAT = "co-design published decode MLA v1"
+MLA_COLUMNS = ("kv_cache", "batch", "heads", "kv_len", "time_s")
 
 
 def _ms_to_s(latency_ms: float) -> float:
@@ -203,6 +210,21 @@ def decode_attention_rows(rows: Iterable[Mapping[str, Any]]) -> list[list[Any]]:
                 or r["kernel_source"] != "torch_flow" or heads % kv_heads or heads // kv_heads not in DECODE_GROUPS):
             continue
         key = (kv, int(r["batch_size"]), heads, kv_heads, int(r["isl"]) + int(r["step"]))
+        by.setdefault(key, []).append(_ms_to_s(r["latency"]))
+    order = list(PREFILL_DTYPES.values())
+    return [[*k, sorted(t)[len(t) // 2]] for k, t in sorted(by.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1:]))]
+
+
+def decode_mla_rows(rows: Iterable[Mapping[str, Any]]) -> list[list[Any]]:
+    """Rows (:data:`MLA_COLUMNS`) of the decode MLA calls (module docstring), sorted; ``heads`` are the query heads
+    on the GPU, ``kv_len`` the cached tokens each sequence attends to (``isl + step``); a repeated call keeps its
+    median time."""
+    by: dict[tuple, list[float]] = {}
+    for r in rows:
+        kv = PREFILL_DTYPES.get(r["kv_cache_dtype"])
+        if kv is None or r["mla_dtype"] != "bfloat16" or r["kernel_source"] != "default":
+            continue
+        key = (kv, int(r["batch_size"]), int(r["num_heads"]), int(r["isl"]) + int(r["step"]))
         by.setdefault(key, []).append(_ms_to_s(r["latency"]))
     order = list(PREFILL_DTYPES.values())
     return [[*k, sorted(t)[len(t) // 2]] for k, t in sorted(by.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1:]))]
@@ -353,12 +375,12 @@ def extract_runtime_moe(data_dir: Path, system: str) -> dict[str, Any] | None:  
 
 
 def _extract_attention(data_dir: Path, system: str, table: str, fmt: str, columns: tuple[str, ...],
-                       select: Any) -> dict[str, Any] | None:  # pragma: no cover - pandas
-    """The ``fmt`` document of one AIConfigurator system directory's TensorRT-LLM attention ``table`` (None without
-    it): ``select(rows)`` gives its ``columns`` rows."""
+                       select: Any, op: str = "attention") -> dict[str, Any] | None:  # pragma: no cover - pandas
+    """The ``fmt`` document of one AIConfigurator system directory's TensorRT-LLM ``op`` (``attention``, ``mla``)
+    ``table`` (None without it): ``select(rows)`` gives its ``columns`` rows."""
     import pandas as pd
 
-    rel = f"attention/trtllm/{TRTLLM}/{table}.parquet"
+    rel = f"{op}/trtllm/{TRTLLM}/{table}.parquet"
     path = data_dir / system / rel
     if not path.exists():
         return None
@@ -380,6 +402,12 @@ def extract_decode_attention(data_dir: Path, system: str) -> dict[str, Any] | No
     """The decode-attention document of one AIConfigurator system directory (None without the table)."""
     return _extract_attention(data_dir, system, "generation_attention_perf", DECODE_FORMAT, DECODE_COLUMNS,
                               decode_attention_rows)
+
+
+def extract_decode_mla(data_dir: Path, system: str) -> dict[str, Any] | None:  # pragma: no cover - pandas
+    """The decode-MLA document of one AIConfigurator system directory (None without the table)."""
+    return _extract_attention(data_dir, system, "generation_mla_perf", MLA_FORMAT, MLA_COLUMNS, decode_mla_rows,
+                              op="mla")
 
 
 def dumps_rows(doc: Mapping[str, Any]) -> str:
@@ -424,6 +452,9 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - needs pand
         if decode is not None:
             _write(args.out / f"decode_attention_{gpu}.json", decode, system,
                    f"{len(decode['rows'])} decode attention calls")
+        mla = extract_decode_mla(args.data_dir, system)
+        if mla is not None:
+            _write(args.out / f"decode_mla_{gpu}.json", mla, system, f"{len(mla['rows'])} decode MLA calls")
         other = extract_runtime_moe(args.data_dir, system)
         if other is not None:
             _write(args.out / f"runtime_moe_{gpu}.json", other, system, f"{len(other['measurements'])} block-FP8 "

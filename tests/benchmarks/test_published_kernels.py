@@ -142,9 +142,27 @@ def test_decode_attention_rows_keep_grouped_query_calls_at_head_dim_128() -> Non
     assert json.loads(pk.dumps_rows(doc)) == doc
 
 
+def _mla(**kw):
+    row = {"mla_dtype": "bfloat16", "kv_cache_dtype": "fp8", "kernel_source": "default", "isl": 1, "step": 1023,
+           "batch_size": 8, "num_heads": 16, "tp_size": 8, "latency": 0.05}
+    return {**row, **kw}
+
+
+def test_decode_mla_rows_keep_bf16_attention_over_bf16_or_fp8_latent_caches() -> None:
+    rows = [_mla(), _mla(kv_cache_dtype="bfloat16", latency=0.08), _mla(latency=0.07), _mla(latency=0.06),
+            _mla(num_heads=128, tp_size=1, latency=0.02), _mla(step=4095, latency=0.1),
+            _mla(mla_dtype="fp8"), _mla(kv_cache_dtype="nvfp4"), _mla(kernel_source="flashinfer")]
+    got = pk.decode_mla_rows(rows)
+    # heads on the GPU and cached tokens (isl + step); a repeated call keeps its median time
+    assert got == [["bf16", 8, 16, 1024, pytest.approx(80e-6)], ["fp8", 8, 16, 1024, pytest.approx(60e-6)],
+                   ["fp8", 8, 16, 4096, pytest.approx(100e-6)], ["fp8", 8, 128, 1024, pytest.approx(20e-6)]]
+    doc = {"format": pk.MLA_FORMAT, "gpu": "h100", "columns": list(pk.MLA_COLUMNS), "rows": got}
+    assert json.loads(pk.dumps_rows(doc)) == doc
+
+
 @pytest.mark.parametrize("path", sorted(p for p in DATA.glob("*.json")
                                         if not p.name.startswith(("moe_", "runtime_moe_", "prefill_attention_",
-                                                                 "decode_attention_"))),
+                                                                 "decode_attention_", "decode_mla_"))),
                          ids=lambda p: p.stem)
 def test_committed_files_are_calibrate_gpu_runs_with_their_source(path: Path) -> None:
     name, meta, ms = cg.load_measurements(path)
