@@ -23,6 +23,25 @@ is a bounded least-squares on the log of predicted over measured time over both 
 at one refitted fraction of the bandwidth, no per-CTA cost, ``t0`` refitted) and beside the fraction the serving
 model streamed the cache at before (the GPU's ``memory_efficiency``).
 
+The absorbed MLA decode kernel (DeepSeek's multi-head latent attention: every query head over one shared latent
+cache of ``kv_lora + rope`` values per token) does ``heads`` times the math per cached byte of a grouped-query
+kernel, so its math can bind, and its queries and outputs (latent-space, bf16, per head) weigh as much as a few
+hundred cached tokens at 128 heads; its law (``co_design.perf.ops.decode_mla_time_s``) is::
+
+    time = t0 + max(flops / (compute_fraction * bf16 peak), cache / (fraction * hbm) + io / (io_fraction * hbm))
+              + ceil(batch / sms) * cta_s
+    flops = 2 batch heads (2 kv_lora + rope) kv_len
+    cache = batch (kv_lora + rope) kv_len b
+    io    = batch ((kv_lora + rope) (2 + b) + 2 heads (2 kv_lora + rope))     (new latent; q in, o out in bf16)
+
+one CTA per sequence; ``compute_fraction`` of the bf16 dense peak, bounded by the cache format's own peak (a kernel
+may run FP8 MMAs over an FP8 cache); ``io_fraction`` and ``cta_s`` one per GPU. The fit is the same least squares
+on ``decode_mla_<gpu>.json`` (DeepSeek-V3's MLA, ``kv_lora`` 512, ``rope`` 64, 1-128 query heads on the GPU), held
+to laws under which a narrower cache is never slower: its compute fraction at least the wider format's, its cache
+fraction at least the wider's times the ratio of their bytes per value. Its report sets it beside what the serving
+model charged an MLA model before (the grouped-query law with one CTA per sequence, the math at the GPU's flat
+``attention_efficiency``), with the same ``t0``.
+
 Data: ``benchmarks/data/kernels/decode_attention_<gpu>.json`` (``published_kernels.py``: AIConfigurator's
 TensorRT-LLM 1.3.0rc20 generation-attention table, head_dim 128, no window, bf16 attention over a bf16 or an FP8
 KV cache, 2-16 query heads per KV head); the fit takes the calls over caches of :data:`MIN_KV_LEN` tokens and up,
@@ -48,7 +67,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from co_design.hardware import get_gpu  # noqa: E402
-from co_design.perf.ops import decode_attention_time_s  # noqa: E402
+from co_design.perf.ops import decode_attention_time_s, decode_mla_time_s  # noqa: E402
 from co_design.perf.roofline import bytes_per_element  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "data" / "kernels"
@@ -57,6 +76,9 @@ HEAD_DIM = 128  # every call in the data
 GPUS = ("h100", "h200", "b200", "b300", "gb200", "gb300")
 MIN_KV_LEN = 128  # the fit's calls: caches a serving step reads (prompts of 128 tokens and up)
 Call = tuple[int, int, int, int, float]  # (batch, heads, kv_heads, kv_len, seconds)
+MLA_FORMAT = "co-design published decode MLA v1"
+MLA_KV_LORA, MLA_ROPE = 512, 64  # DeepSeek-V3's MLA, the shape of every decode_mla call
+MlaCall = tuple[int, int, int, float]  # (batch, heads, kv_len, seconds)
 
 
 def call_bytes(batch: int, heads: int, kv_heads: int, kv_len: int, kv_cache: str) -> float:
@@ -105,11 +127,148 @@ def fit(calls: Mapping[str, Sequence[Call]], hbm: float, sms: int, per_cta: bool
     return out
 
 
-def load(path: Path) -> dict[str, Any]:
+def mla_call_flops(batch: int, heads: int, kv_len: int) -> float:
+    """FLOPs of one absorbed MLA decode call (module docstring): the serving model's ``attention_decode`` for MLA."""
+    return 2.0 * batch * heads * (2 * MLA_KV_LORA + MLA_ROPE) * kv_len
+
+
+def mla_call_bytes(batch: int, heads: int, kv_len: int, kv_cache: str) -> tuple[float, float]:
+    """Bytes of one absorbed MLA decode call, ``(cache, io)``: the latent cache read, and the rest (the new token's
+    latent read in bf16 and cached, the latent-space queries in and outputs out, bf16 per head)."""
+    b, d = bytes_per_element(kv_cache), MLA_KV_LORA + MLA_ROPE
+    return batch * d * kv_len * b, batch * (d * (2 + b) + 2 * heads * (2 * MLA_KV_LORA + MLA_ROPE))
+
+
+def predict_mla_s(call: Sequence[float], kv_cache: str, bf16: float, hbm: float, sms: int, compute_fraction: float,
+                  fraction: float, io_fraction: float, cta_s: float, t0: float) -> float:
+    """Seconds of one MLA call ``(batch, heads, kv_len, ...)`` under the MLA law (module docstring)."""
+    batch, heads, kv_len = (int(x) for x in call[:3])
+    return t0 + decode_mla_time_s(mla_call_flops(batch, heads, kv_len), *mla_call_bytes(batch, heads, kv_len, kv_cache),
+                                  batch, bf16, hbm, sms, compute_fraction, fraction, io_fraction, cta_s)[0]
+
+
+def _errors(pred: Iterable[float], calls: Sequence[Sequence[float]]) -> tuple[float, float, float]:
+    """Median and 90th-percentile absolute error and the median signed error of predictions against calls' times."""
+    signed = [p / c[-1] - 1 for p, c in zip(pred, calls)]
+    errs = sorted(abs(e) for e in signed)
+    return statistics.median(errs), errs[int(0.9 * (len(errs) - 1))], statistics.median(signed)
+
+
+def fit_mla(calls: Mapping[str, Sequence[MlaCall]], bf16: float, hbm: float, sms: int,
+            compute_max: Mapping[str, float]) -> dict[str, dict[str, float]]:
+    """Per KV-cache format of ``calls``: ``compute_fraction`` (of ``bf16``, at most ``compute_max[format]``),
+    ``fraction`` (of ``hbm``, for the cache), ``io_fraction`` and ``cta_s`` (one each for every format: the
+    queries and outputs are bf16 whatever the cache), ``t0_s``, the errors of the law and the share of calls it
+    finds compute-bound; the least-squares fit of ``log(predicted / measured)``. A narrower format is held to a
+    law never slower than a wider one's over its fewer bytes: a compute fraction at least the wider's, a cache
+    fraction at least the wider's times the ratio of their bytes per value."""
+    kvs = sorted(calls, key=bytes_per_element, reverse=True)  # widest first
+    cols = []  # per format: (times, s of math at the bf16 peak, s of cache and of other bytes at the peak, waves)
+    for kv in kvs:
+        cs = calls[kv]
+        split = np.array([mla_call_bytes(*c[:3], kv) for c in cs]) / hbm
+        cols.append((np.array([c[-1] for c in cs]), np.array([mla_call_flops(*c[:3]) for c in cs]) / bf16,
+                     split[:, 0], split[:, 1], np.array([max(1, -(-c[0] // sms)) for c in cs], dtype=float)))
+
+    def laws(p: Sequence[float]) -> list[tuple[float, float, float]]:  # per format (t0 in us, compute, fraction)
+        out = [(p[2], min(p[3], compute_max[kvs[0]]), p[4])]
+        for i, kv in enumerate(kvs[1:], 1):  # p: t0, compute step >= 0, cache-fraction step >= 0 over the wider's
+            t0, compute, frac = out[-1][0], out[-1][1], out[-1][2]
+            ratio = bytes_per_element(kv) / bytes_per_element(kvs[i - 1])
+            out.append((p[2 + 3 * i], min(compute + p[3 + 3 * i], compute_max[kv]), min(1.0, frac * ratio + p[4 + 3 * i])))
+        return out
+
+    def residual(p: np.ndarray) -> np.ndarray:  # p: cta (us), io fraction, then three per format
+        return np.concatenate([np.log((t0 * 1e-6 + np.maximum(math / compute, cache / frac + io / p[1])
+                                       + p[0] * 1e-6 * waves) / times)
+                               for (t0, compute, frac), (times, math, cache, io, waves) in zip(laws(p), cols)])
+
+    n = len(kvs)
+    lo = [0.0, 0.02, 0.0, 0.02, 0.02] + [0.0, 0.0, 0.0] * (n - 1)
+    hi = [1e3, 1.0, 1e3, compute_max[kvs[0]], 1.0] + [1e3, 4.0, 1.0] * (n - 1)
+    sol = least_squares(residual, [1.0, 0.5, 10.0, 0.5, 0.7] + [10.0, 0.05, 0.1] * (n - 1), bounds=(lo, hi),
+                        xtol=1e-12, ftol=1e-12, gtol=1e-12).x
+    cta_s, io_fraction = float(sol[0]) * 1e-6, float(sol[1])
+    out = {}
+    for (t0, compute, fraction), kv, (_, math, cache, io, _) in zip(laws(sol), kvs, cols):
+        t0, compute, fraction = float(t0) * 1e-6, float(compute), float(fraction)
+        med, p90, signed = _errors((predict_mla_s(c, kv, bf16, hbm, sms, compute, fraction, io_fraction, cta_s, t0)
+                                    for c in calls[kv]), calls[kv])
+        out[kv] = {"compute_fraction": compute, "fraction": fraction, "io_fraction": io_fraction, "cta_s": cta_s,
+                   "t0_s": t0, "median_error": med, "p90_error": p90, "signed_error": signed,
+                   "compute_bound": float(np.mean(math / compute >= cache / fraction + io / io_fraction))}
+    return {kv: out[kv] for kv in calls}
+
+
+def load(path: Path, fmt: str = FORMAT) -> dict[str, Any]:
     doc = json.loads(path.read_text())
-    if doc.get("format") != FORMAT:
-        raise ValueError(f"{path}: not a {FORMAT!r} file (format {doc.get('format')!r})")
+    if doc.get("format") != fmt:
+        raise ValueError(f"{path}: not a {fmt!r} file (format {doc.get('format')!r})")
     return doc
+
+
+def mla_calls_by_format(doc: dict[str, Any]) -> dict[str, list[MlaCall]]:
+    """``KV-cache format -> [(batch, heads, kv_len, seconds), ...]`` of a decode-MLA document."""
+    cols = doc["columns"]
+    ix = [cols.index(c) for c in ("batch", "heads", "kv_len")]
+    out: dict[str, list[MlaCall]] = {}
+    for r in doc["rows"]:
+        b, h, n = (int(r[i]) for i in ix)
+        out.setdefault(r[cols.index("kv_cache")], []).append((b, h, n, float(r[cols.index("time_s")])))
+    return out
+
+
+def fit_gpu_mla(name: str, data: Path = DATA) -> dict[str, dict[str, Any]]:
+    """Per KV-cache format: the MLA law's fit (:func:`fit_mla`), what the serving model charged before (the
+    grouped-query law with one CTA per sequence, the math at ``attention_efficiency``, the same ``t0``) and the
+    catalog's entry, for one GPU."""
+    gpu = get_gpu(name)
+    bf16, hbm, sms = gpu.peak_flops_per_s["bf16"], gpu.hbm_bytes_per_s, gpu.sms
+    calls = {kv: [c for c in every if c[2] >= MIN_KV_LEN]
+             for kv, every in mla_calls_by_format(load(data / f"decode_mla_{name}.json", MLA_FORMAT)).items()}
+    law = fit_mla(calls, bf16, hbm, sms, {kv: gpu.peak_flops_per_s.get(kv, bf16) / bf16 for kv in calls})
+    out: dict[str, dict[str, Any]] = {}
+    for kv, res in law.items():
+        frac, cta_s = gpu.decode_attention_law(kv) or (gpu.memory_efficiency, 0.0)
+        before = _errors((res["t0_s"] + max(mla_call_flops(*c[:3]) / (bf16 * gpu.attention_efficiency),
+                                            decode_attention_time_s(sum(mla_call_bytes(*c[:3], kv)), c[0], hbm, sms,
+                                                                    frac, cta_s)) for c in calls[kv]), calls[kv])
+        out[kv] = {**res, "calls": len(calls[kv]), "before_median_error": before[0], "before_p90_error": before[1],
+                   "before_signed_error": before[2], "catalog": list(gpu.decode_mla.get(kv, ())) or None}
+    return out
+
+
+def mla_catalog_entry(r: dict[str, float]) -> tuple[float, float, float, float]:
+    """The catalog's ``decode_mla`` entry of a fit: the fractions to 3 decimals, ``cta_s`` to 0.01 us."""
+    return (round(r["compute_fraction"], 3), round(r["fraction"], 3), round(r["io_fraction"], 3),
+            round(r["cta_s"] * 1e6, 2) / 1e6)
+
+
+def mla_report(fits: dict[str, dict[str, dict[str, Any]]]) -> str:
+    lines = ["", "## Absorbed MLA decode kernel", "",
+             "Calls: AIConfigurator's TensorRT-LLM 1.3.0rc20 generation-MLA table (`benchmarks/data/kernels/",
+             "decode_mla_<gpu>.json`, DeepSeek-V3's MLA: latent 512 + rope 64 per cached token, bf16 attention over a",
+             f"bf16 or FP8 latent cache, 1-128 query heads on the GPU, batch 1-1024, {MIN_KV_LEN}-131072 cached tokens).",
+             "Law and fit: the script's docstring. `compute` is of the GPU's bf16 dense peak (above 1: FP8 math over",
+             "an FP8 cache), `fraction` of its peak HBM bandwidth for the latent cache, `io` for the rest (per-head",
+             "queries and outputs, bf16), `cta` seconds per wave of CTAs (one per sequence).",
+             "Compute-bound: share of the calls whose math outlasts their bytes under the fit (where it is near 0,",
+             "`compute` is only a floor). Before: what the serving model charged an MLA model before this law",
+             "(the grouped-query law above with one CTA per sequence, the math at the GPU's flat",
+             "`attention_efficiency`), with the same t0. Errors: of the measured time; signed: median of",
+             "predicted / measured - 1.", "",
+             "| GPU | KV cache | calls | compute | fraction | io | cta (us) | t0 (us) | compute-bound | median error | "
+             "p90 error | signed | before: median | before: signed | catalog entry |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for gpu, per in fits.items():
+        for kv, r in per.items():
+            cat = "-" if not r["catalog"] else "[{}, {}, {}, {:.2f} us]".format(*r["catalog"][:3], r["catalog"][3] * 1e6)
+            lines.append(f"| {gpu} | {kv} | {r['calls']} | {r['compute_fraction']:.3f} | {r['fraction']:.3f} | "
+                         f"{r['io_fraction']:.3f} | "
+                         f"{r['cta_s'] * 1e6:.2f} | {r['t0_s'] * 1e6:.1f} | {r['compute_bound']:.0%} | "
+                         f"{r['median_error']:.1%} | {r['p90_error']:.1%} | {r['signed_error']:+.1%} | "
+                         f"{r['before_median_error']:.1%} | {r['before_signed_error']:+.1%} | {cat} |")
+    return "\n".join(lines) + "\n"
 
 
 def calls_by_format(doc: dict[str, Any]) -> dict[str, list[Call]]:
@@ -174,12 +333,16 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "decode_attention.md")
     args = ap.parse_args(list(argv) if argv is not None else None)
     fits = {g: fit_gpu(g) for g in args.gpus}
-    text = report(fits)
+    mla = {g: fit_gpu_mla(g) for g in args.gpus}
+    text = report(fits) + mla_report(mla)
     args.out.write_text(text)
     print(text)
     print("catalog entries (decode_attention: KV-cache format -> [fraction, cta_s]):")
     for g, per in fits.items():
         print(f"  {g}: " + ", ".join(f"{kv}: [{catalog_entry(r)[0]}, {catalog_entry(r)[1]:.3g}]" for kv, r in per.items()))
+    print("catalog entries (decode_mla: KV-cache format -> [compute_fraction, fraction, io_fraction, cta_s]):")
+    for g, per in mla.items():
+        print(f"  {g}: " + ", ".join("{}: [{}, {}, {}, {:.3g}]".format(kv, *mla_catalog_entry(r)) for kv, r in per.items()))
     return 0
 
 

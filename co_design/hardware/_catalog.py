@@ -89,6 +89,16 @@ class GPU:
     format it does not list takes the entry of the narrowest wider format that has one
     (:meth:`decode_attention_law`), else streams at ``memory_efficiency`` with no per-CTA
     cost (``benchmarks/fit_decode_attention.py`` fits the built-in entries).
+    ``decode_mla`` does the same for the absorbed MLA decode kernel (every query head over
+    one shared latent cache, whose math can bind where a grouped-query kernel's cannot):
+    a KV-cache format maps to ``(compute_fraction, fraction, io_fraction, cta_s)``, the
+    kernel taking the longer of its FLOPs at ``compute_fraction`` of the bf16 dense peak
+    (above 1 where it runs FP8 MMAs over an FP8 cache; at most the GPU's fastest dense
+    peak) and its bytes, the latent cache at ``fraction`` of ``hbm_bytes_per_s`` and the
+    per-head queries and outputs (bf16 whatever the cache's format) at ``io_fraction``,
+    plus ``cta_s`` per wave of CTAs (one per sequence); a format it does not list takes
+    the narrowest wider format's (:meth:`decode_mla_law`), else an MLA model decodes
+    under ``decode_attention``.
     ``sources`` maps each field name (``peak_flops_per_s.bf16`` for nested ones)
     to where its number comes from.
     """
@@ -110,6 +120,7 @@ class GPU:
     attention_efficiency: float = 0.65  # achievable fraction of peak for fused attention math
     prefill_attention: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # precision -> kernel law
     decode_attention: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # KV format -> kernel law
+    decode_mla: Mapping[str, tuple[float, float, float, float]] = field(default_factory=dict)  # KV format -> MLA law
     memory_efficiency: float = 0.85  # achievable fraction of HBM bandwidth
     kernel_overhead_s: float = 3e-6  # fixed cost per kernel (launch gap, prologue, tail)
     collective_latency_s: float = 10e-6  # seconds per synchronization step of a collective / point-to-point
@@ -130,11 +141,12 @@ class GPU:
             raise ValueError(f"GPU {self.name!r}: gemm_efficiency_by_precision must map precision -> number, got "
                              f"{self.gemm_efficiency_by_precision!r}") from None
         object.__setattr__(self, "gemm_efficiency_by_precision", MappingProxyType(by_precision))
-        for key, terms in (("prefill_attention", "precision -> [fraction, overhead]"),
-                           ("decode_attention", "KV-cache format -> [fraction, cta_s]")):
+        for key, terms, n in (("prefill_attention", "precision -> [fraction, overhead]", 2),
+                              ("decode_attention", "KV-cache format -> [fraction, cta_s]", 2),
+                              ("decode_mla", "KV-cache format -> [compute_fraction, fraction, io_fraction, cta_s]", 4)):
             given = getattr(self, key)
             try:
-                law = {p: (float(v[0]), float(v[1])) for p, v in dict(given).items() if len(v) == 2}
+                law = {p: tuple(float(x) for x in v) for p, v in dict(given).items() if len(v) == n}
                 if len(law) != len(given):
                     raise ValueError
             except (TypeError, ValueError, IndexError):
@@ -184,6 +196,17 @@ class GPU:
             if not 0 < frac <= 1 or not cta_s >= 0:
                 raise ValueError(f"GPU {self.name!r}: decode_attention.{prec} needs a fraction of the HBM bandwidth "
                                  f"in (0, 1] and seconds per wave of CTAs >= 0, got [{frac}, {cta_s}]")
+        for prec, (compute, frac, io_frac, cta_s) in self.decode_mla.items():
+            if prec not in PRECISIONS:
+                raise ValueError(f"GPU {self.name!r}: decode_mla.{prec} is not a KV-cache format; use one of "
+                                 f"{PRECISIONS}")
+            bf16 = self.peak_flops_per_s.get("bf16")
+            top = max(self.peak_flops_per_s.values()) / bf16 if bf16 else 0.0
+            if not 0 < compute <= top * (1 + 1e-9) or not 0 < frac <= 1 or not 0 < io_frac <= 1 or not cta_s >= 0:
+                raise ValueError(f"GPU {self.name!r}: decode_mla.{prec} needs a fraction of the bf16 peak in (0, "
+                                 f"{top:g}] (a bf16 rate is required; above 1 only up to the GPU's fastest dense "
+                                 f"peak), two fractions of the HBM bandwidth in (0, 1] and seconds per wave of CTAs "
+                                 f">= 0, got [{compute}, {frac}, {io_frac}, {cta_s}]")
         for key in ("kernel_overhead_s", "collective_latency_s", "l2_bytes", "tdp_w"):
             if not float(getattr(self, key)) >= 0:
                 raise ValueError(f"GPU {self.name!r}: {key} must be >= 0, got {getattr(self, key)}")
@@ -258,11 +281,13 @@ class GPU:
         ``decode_attention`` entry, else that of the narrowest wider format with one (a format without published
         timings, NVFP4, runs the same kernel family over fewer bytes, so it is never charged a slower kernel than a
         wider format), else None (the flat stream at ``memory_efficiency``)."""
-        law = self.decode_attention.get(kv_cache)
-        if law is not None or kv_cache not in PRECISIONS:
-            return law
-        wider = PRECISIONS[:PRECISIONS.index(kv_cache)]  # widest first
-        return next((self.decode_attention[p] for p in reversed(wider) if p in self.decode_attention), None)
+        return _law_for(self.decode_attention, kv_cache)
+
+    def decode_mla_law(self, kv_cache: str) -> tuple[float, float, float, float] | None:
+        """``(compute_fraction, fraction, io_fraction, cta_s)`` of the absorbed MLA decode kernel over a ``kv_cache``-format
+        latent cache: its ``decode_mla`` entry, else that of the narrowest wider format with one, else None (an MLA
+        model then decodes under :meth:`decode_attention_law`)."""
+        return _law_for(self.decode_mla, kv_cache)
 
     def replace(self, **changes: Any) -> "GPU":
         """A copy with some numbers changed (e.g. a calibrated efficiency)."""
@@ -277,6 +302,17 @@ class GPU:
             return [plain(x) for x in v] if isinstance(v, tuple) else v
 
         return {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+def _law_for(table: Mapping[str, Any], kv_cache: str) -> Any:
+    """``table``'s entry for a KV-cache format, else that of the narrowest wider format with one (a format without
+    published timings, NVFP4, runs the same kernel family over fewer bytes, so it is never charged a slower kernel
+    than a wider format), else None."""
+    law = table.get(kv_cache)
+    if law is not None or kv_cache not in PRECISIONS:
+        return law
+    wider = PRECISIONS[:PRECISIONS.index(kv_cache)]  # widest first
+    return next((table[p] for p in reversed(wider) if p in table), None)
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(GPU)}
@@ -313,6 +349,7 @@ def _merge(raw: Mapping[str, Any], path: Path, base: Mapping[str, Any] | None) -
     by_precision = dict(kw.get("gemm_efficiency_by_precision", {}))
     prefill = dict(kw.get("prefill_attention", {}))
     decode = dict(kw.get("decode_attention", {}))
+    mla = dict(kw.get("decode_mla", {}))
     precisions = dict(kw.get("precisions", {}))
     unknown = sorted(set(raw) - set(_FIELDS) - _META)
     if unknown:
@@ -331,9 +368,9 @@ def _merge(raw: Mapping[str, Any], path: Path, base: Mapping[str, Any] | None) -
                 peaks[prec] = float(v)
                 sources[f"peak_flops_per_s.{prec}"] = src
             continue
-        if key in ("gemm_efficiency_by_precision", "prefill_attention", "decode_attention"):
+        if key in ("gemm_efficiency_by_precision", "prefill_attention", "decode_attention", "decode_mla"):
             table = {"gemm_efficiency_by_precision": by_precision, "prefill_attention": prefill,
-                     "decode_attention": decode}[key]
+                     "decode_attention": decode, "decode_mla": mla}[key]
             if not isinstance(entry, Mapping):
                 raise ValueError(f"GPU file {str(path)!r}: {key} must map precision -> value")
             for prec, sub in entry.items():
@@ -362,6 +399,7 @@ def _merge(raw: Mapping[str, Any], path: Path, base: Mapping[str, Any] | None) -
     kw["gemm_efficiency_by_precision"] = by_precision
     kw["prefill_attention"] = prefill
     kw["decode_attention"] = decode
+    kw["decode_mla"] = mla
     kw["precisions"] = precisions
     kw["sources"] = sources
     return kw

@@ -41,8 +41,12 @@ after parallelism; see :class:`Shards`):
   the shared latent (read once per sequence, MQA-like), no ``kv_b_proj`` over the cache.
   At the GPU's ``decode_attention`` law for the KV-cache format
   (:func:`decode_attention_time_s`: the bytes at the law's fraction of the HBM
-  bandwidth, plus its cost per wave of CTAs, one per sequence and KV head; MLA one
-  per sequence, its law taken from the grouped-query kernel's).
+  bandwidth, plus its cost per wave of CTAs, one per sequence and KV head); MLA at
+  the GPU's ``decode_mla`` law (:func:`decode_mla_time_s`: the longer of its FLOPs at
+  the law's fraction of the bf16 peak and its bytes, the latent cache at one fraction
+  of the HBM bandwidth and the per-head queries and outputs at another, plus its cost
+  per wave of CTAs, one per sequence), or, on a GPU without one, the grouped-query
+  kernel's law with one CTA per sequence.
 * ``o_proj`` GEMM (Helix: TP over all ``tp`` ranks after the all-to-all); TP
   all-reduce; ``ffn_norm`` (fused into that all-reduce under TP).
 * With block-scaled FP8 activations (``Deployment.fp8_scaling == "block"``) a
@@ -359,6 +363,21 @@ def decode_attention_time_s(nbytes: float, ctas: float, hbm_bytes_per_s: float, 
     return nbytes / (hbm_bytes_per_s * fraction) + waves * cta_s
 
 
+def decode_mla_time_s(flops: float, cache_bytes: float, io_bytes: float, ctas: float, bf16_flops_per_s: float,
+                      hbm_bytes_per_s: float, sms: int, compute_fraction: float, fraction: float, io_fraction: float,
+                      cta_s: float) -> tuple[float, str]:
+    """Seconds and bound (``"compute"``/``"memory"``) of an absorbed MLA decode kernel's work under the GPU's
+    ``decode_mla`` law: the longer of its ``flops`` at ``compute_fraction`` of ``bf16_flops_per_s`` and its
+    bytes, the latent cache read (``cache_bytes``) at ``fraction`` of ``hbm_bytes_per_s`` and the rest
+    (``io_bytes``: the queries in and outputs out, per head and in bf16 whatever the cache's format, and the new
+    token's latent) at ``io_fraction`` of it, plus ``cta_s`` for each wave of its ``ctas`` CTAs (one per sequence)
+    over the ``sms`` SMs. No launch (as :func:`decode_attention_time_s`)."""
+    waves = max(1, math.ceil(ctas / sms - 1e-9)) if ctas > 0 else 0
+    compute_s = flops / (bf16_flops_per_s * compute_fraction)
+    memory_s = (cache_bytes / fraction + io_bytes / io_fraction) / hbm_bytes_per_s
+    return max(compute_s, memory_s) + waves * cta_s, "compute" if compute_s >= memory_s else "memory"
+
+
 class _Table:
     """Collects one step's ops (helpers keep the formulas short).
 
@@ -454,13 +473,13 @@ class _Table:
 
     def attention(self, name: str, flops: float, nbytes: float, count: float, prec: str = "bf16", *,
                   decode: bool = False, prompt_len: float = 0.0, window: int | None = None,
-                  kv_cache: str | None = None, ctas: float = 0.0) -> None:
+                  kv_cache: str | None = None, ctas: float = 0.0, mla: bool = False, cache_bytes: float = 0.0) -> None:
         """A fused attention kernel: the prompt (FMHA over prompts of ``prompt_len`` tokens, at the GPU's
         ``prefill_attention`` law for ``prec`` where it has one) or, with ``decode``, the decode one (one query
         token per sequence over its cached KV in format ``kv_cache``, in ``ctas`` CTAs, at the GPU's
-        ``decode_attention`` law for that format where it has one); elsewhere at the GPU's flat
-        ``attention_efficiency`` of the FLOP rate and the HBM bandwidth the other ops reach. Each has its own
-        runtime fraction of both rates."""
+        ``decode_attention`` law for that format where it has one; ``mla``: the absorbed MLA kernel, at the GPU's
+        ``decode_mla`` law where it has one, ``cache_bytes`` of its ``nbytes`` the latent cache read); elsewhere at the GPU's flat ``attention_efficiency`` of the FLOP
+        rate and the HBM bandwidth the other ops reach. Each has its own runtime fraction of both rates."""
         if (flops <= 0 and nbytes <= 0) or count <= 0:
             return
         peak = self.gpu.peak_flops_per_s[prec]
@@ -470,6 +489,14 @@ class _Table:
             kernel = law[0] * prefill_attention_tile_efficiency(prompt_len, window, law[1])
         else:
             kernel = self.gpu.attention_efficiency
+        mla_law = self.gpu.decode_mla_law(kv_cache) if decode and mla and kv_cache else None
+        if mla_law is not None:  # the published MLA kernel law, all of it slower by the runtime's fraction
+            t, bound = decode_mla_time_s(flops, cache_bytes, nbytes - cache_bytes, ctas,
+                                         self.gpu.peak_flops_per_s["bf16"] * self.eff,
+                                         self.gpu.hbm_bytes_per_s * self.bw_eff, self.gpu.sms, *mla_law)
+            t, bound = self._launched(t / attn + self.kernel_oh, bound)
+            self._count(name, t, bound, flops, nbytes, count, prec)
+            return
         compute_s = flops / (peak * kernel * self.eff * attn)
         dlaw = self.gpu.decode_attention_law(kv_cache) if decode and kv_cache else None
         if dlaw is not None:  # the published kernel law (its streaming fraction, each wave of CTAs), all of it slower
@@ -479,6 +506,10 @@ class _Table:
         else:
             memory_s = nbytes / (self.bw * attn)
         t, bound = self._launched(*roofline(compute_s, memory_s, self.kernel_oh))
+        self._count(name, t, bound, flops, nbytes, count, prec)
+
+    def _count(self, name: str, t: float, bound: str, flops: float, nbytes: float, count: float, prec: str) -> None:
+        """Book an attention kernel of ``t`` seconds, ``count`` times."""
         self.by_bound[bound] += t * count
         if self.keep:
             self.rows.append(OpCost(name, self.phase, "attention", count, t * count, flops * count, nbytes * count,
@@ -620,7 +651,8 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
             io = dec_attn * (cached * kv_tok_bytes + q_o * _BF16 + new_kv)
             # the kernel's CTAs: one per sequence and KV head (MLA: one shared latent head)
             ctas = dec_attn * (1.0 if arch.mla is not None else s.kv_heads)
-            t.attention("attention_decode", fl, io, count, "bf16", decode=True, kv_cache=kvp, ctas=ctas)
+            t.attention("attention_decode", fl, io, count, "bf16", decode=True, kv_cache=kvp, ctas=ctas,
+                        mla=arch.mla is not None, cache_bytes=dec_attn * cached * kv_tok_bytes)
             if s.kv_split > 1:  # Helix: combine partial outputs + softmax stats across KV ranks
                 # per sequence and head: the partial output (d_v, bf16) and its softmax max and sum (2 x fp32)
                 t.comm("helix_all_to_all", "all_to_all", dec_attn * s.heads * (d_v * _BF16 + 2 * 4.0), s.kv_split,

@@ -71,3 +71,63 @@ def test_the_catalog_carries_the_fit_of_the_committed_timings():
     assert doc["source"]["repository"].endswith("ai-dynamo/aiconfigurator") and doc["gpu"] == "h200"
     text = fda.report({"h200": fits})
     assert text.count("| h200 |") == 2 and "[0.707, 0.61 us]" in text
+
+
+BF16 = 1e15
+
+
+def _mla_calls(law, io_fraction, cta_s, noise=0.0, seed=0):
+    """Calls of every format of ``law`` (format -> (compute, fraction, t0)) over DeepSeek-V3's MLA: memory-bound at
+    few heads, compute-bound at many over long caches, CTA-bound over short ones."""
+    rng = random.Random(seed)
+    out = {}
+    for kv, (compute, fraction, t0) in law.items():
+        out[kv] = []
+        for b in (1, 16, 256, 1024):
+            for heads in (1, 16, 64, 128):
+                for kv_len in (128, 2048, 32768):
+                    t = fda.predict_mla_s((b, heads, kv_len), kv, BF16, HBM, SMS, compute, fraction, io_fraction, cta_s,
+                                          t0)
+                    out[kv].append((b, heads, kv_len, t * (1 + rng.uniform(-noise, noise))))
+    return out
+
+
+def test_the_mla_fit_recovers_the_law_it_is_given():
+    law = {"bf16": (0.6, 0.9, 12e-6), "fp8": (0.7, 0.6, 10e-6)}
+    fit = fda.fit_mla(_mla_calls(law, 0.35, 1.5e-6), BF16, HBM, SMS, {"bf16": 1.0, "fp8": 2.0})
+    for kv, (compute, fraction, t0) in law.items():
+        r = fit[kv]
+        assert r["compute_fraction"] == pytest.approx(compute, rel=1e-5) and r["fraction"] == pytest.approx(
+            fraction, rel=1e-5), kv
+        assert r["io_fraction"] == pytest.approx(0.35, rel=1e-5) and r["cta_s"] == pytest.approx(1.5e-6, rel=1e-4)
+        assert r["t0_s"] == pytest.approx(t0, rel=1e-4) and r["median_error"] < 1e-6
+        assert 0 < r["compute_bound"] < 1, kv  # both regimes are in the calls
+    noisy = fda.fit_mla(_mla_calls(law, 0.35, 1.5e-6, noise=0.05, seed=3), BF16, HBM, SMS, {"bf16": 1.0, "fp8": 2.0})
+    assert noisy["fp8"]["fraction"] == pytest.approx(0.6, rel=0.05)
+    assert noisy["bf16"]["compute_fraction"] == pytest.approx(0.6, rel=0.05)
+
+
+def test_the_mla_fit_never_makes_the_narrower_cache_the_slower():
+    # an FP8 kernel measured slower per byte than half the bf16 one (its cache fraction under half bf16's, its
+    # compute fraction below bf16's): the fit holds FP8 to the bf16 law over its fewer bytes
+    law = {"bf16": (0.6, 0.9, 12e-6), "fp8": (0.5, 0.4, 12e-6)}
+    fit = fda.fit_mla(_mla_calls(law, 0.35, 1.5e-6), BF16, HBM, SMS, {"bf16": 1.0, "fp8": 2.0})
+    assert fit["fp8"]["compute_fraction"] >= fit["bf16"]["compute_fraction"]
+    assert fit["fp8"]["fraction"] >= fit["bf16"]["fraction"] / 2
+    assert fit["fp8"]["median_error"] > 0.01  # and so misses the calls it was given
+
+
+def test_the_catalog_carries_the_mla_fit_of_the_committed_timings():
+    fits = fda.fit_gpu_mla("h200")
+    gpu = get_gpu("h200")
+    for kv, r in fits.items():
+        # within one step of the catalog's rounding, as for the grouped-query law
+        expect = (r["compute_fraction"], r["fraction"], r["io_fraction"], r["cta_s"])
+        assert gpu.decode_mla[kv] == pytest.approx(expect, abs=1.01e-3), kv
+        assert abs(gpu.decode_mla[kv][3] - r["cta_s"]) < 1e-8
+        # the law against what the serving model charged an MLA model before (the grouped-query law)
+        assert r["median_error"] < 0.07 and r["median_error"] < r["before_median_error"] and r["calls"] == 920, kv
+    doc = json.loads((fda.DATA / "decode_mla_h200.json").read_text())
+    assert doc["format"] == fda.MLA_FORMAT and doc["source"]["table"].endswith("generation_mla_perf.parquet")
+    text = fda.mla_report({"h200": fits})
+    assert text.count("| h200 |") == 2 and "[0.671, 0.62, 0.304, 1.58 us]" in text

@@ -195,6 +195,39 @@ def test_decode_attention_law_from_a_file_and_its_checks(tmp_path, monkeypatch):
             load_gpu(f)
 
 
+
+def test_decode_mla_law_from_a_file_and_its_checks(tmp_path, monkeypatch):
+    """Every built-in GPU carries a bf16 and an fp8 latent-cache MLA decode law with sources, under which the FP8
+    cache is never the slower (its compute fraction at least bf16's, its cache fraction at least half bf16's: half
+    the bytes); a file may replace or drop an entry; bad entries name the field, and the compute fraction may pass 1
+    only up to the GPU's fastest dense peak (the fit holds each format to its own)."""
+    for name in ("h100", "h200", "b200", "b300", "gb200", "gb300"):
+        g = get_gpu(name)
+        assert set(g.decode_mla) == {"bf16", "fp8"}, name
+        (c16, f16, io16, cta16), (c8, f8, io8, cta8) = g.decode_mla["bf16"], g.decode_mla["fp8"]
+        assert 0 < c16 <= c8 <= 2 and 0 < f16 / 2 <= f8 <= 1 and io16 == io8 and cta16 == cta8 < 1e-5, name
+        assert "fit_decode_attention.py" in g.sources["decode_mla.fp8"], name
+        assert g.decode_mla_law("nvfp4") == g.decode_mla["fp8"], name
+    (tmp_path / "mine.yaml").write_text("name: mine\nbase: h100\ndecode_mla:\n"
+                                        "  fp8: {value: [0.7, 0.8, 0.4, 1.0e-6], source: 'measured'}\n  bf16: null\n")
+    monkeypatch.setenv(HARDWARE_PATH_ENV, str(tmp_path))
+    g = get_gpu("mine")
+    assert dict(g.decode_mla) == {"fp8": (0.7, 0.8, 0.4, 1e-6)} and g.sources["decode_mla.fp8"] == "measured"
+    assert g.decode_mla_law("bf16") is None and g.decode_mla_law("nvfp4") == (0.7, 0.8, 0.4, 1e-6)
+    assert dict(g.decode_attention) == dict(get_gpu("h100").decode_attention)  # untouched
+    for text, match in (("decode_mla: {fp8: [2.5, 0.8, 0.4, 1.0e-6]}\n", r"fraction of the bf16 peak in \(0, 2\.001"),
+                        ("decode_mla: {fp8: [0.7, 1.2, 0.4, 1.0e-6]}\n", r"two fractions of the HBM bandwidth"),
+                        ("decode_mla: {fp8: [0.7, 0.8, 0.0, 1.0e-6]}\n", r"two fractions of the HBM bandwidth"),
+                        ("decode_mla: {fp8: [0.7, 0.8, 0.4, -1.0e-6]}\n", "seconds per wave of CTAs >= 0"),
+                        ("decode_mla: {fp6: [0.7, 0.8, 0.4, 1.0e-6]}\n", "decode_mla.fp6 is not a KV-cache format"),
+                        ("decode_mla: {fp8: [0.7, 0.8, 1.0e-6]}\n",
+                         r"must map KV-cache format -> \[compute_fraction, fraction, io_fraction, cta_s\]")):
+        f = tmp_path / "h100.yaml"
+        f.write_text("name: h100\n" + text)
+        with pytest.raises(ValueError, match=match):
+            load_gpu(f)
+
+
 def test_a_gpu_based_on_another_can_drop_a_precisions_efficiency(tmp_path, monkeypatch):
     (tmp_path / "slow.yaml").write_text("name: slow\nbase: b200\ngemm_efficiency_by_precision: {fp8: 0.4, nvfp4: 0.3}\n")
     (tmp_path / "slower.yaml").write_text("name: slower\nbase: slow\ngemm_efficiency_by_precision: {fp8: null}\n")

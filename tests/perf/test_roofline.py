@@ -192,6 +192,43 @@ def test_prefill_attention_follows_the_gpus_published_kernel_law():
         assert rate(flat, "fp8", length) == pytest.approx(gpu.peak("fp8") * gpu.attention_efficiency, rel=1e-9)
 
 
+@pytest.mark.parametrize("heads, bound", [(16, "memory"), (128, "compute")])
+def test_mla_decode_follows_the_gpus_published_mla_kernel_law(heads, bound):
+    """The absorbed MLA decode kernel takes the longer of its FLOPs at the law's fraction of the bf16 peak and its
+    bytes at its fraction of the HBM bandwidth, plus ``cta_s`` per wave of CTAs (one per sequence): 16 heads on a
+    GPU (DeepSeek-V3 at TP8) stream the latent cache, 128 (attention-DP) do 8x the math over the same bytes and
+    are bound by it. On paper, with the H100's FP8-cache law."""
+    from co_design.arch import MLA
+    from co_design.perf.ops import decode_mla_time_s
+
+    gpu = get_gpu("h100")
+    compute, frac, io_frac, cta_s = gpu.decode_mla["fp8"]
+    arch = Architecture(hidden=7168, layers=1, heads=heads, kv_heads=heads, ffn=18432, vocab=32000,
+                        mla=MLA(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+                                v_head_dim=128))
+    dep = Deployment(weights="fp8", activations="fp8", kv_cache="fp8", runtime=IDEAL)
+    a = {o.name: o for o in step_ops(arch, gpu, dep, decode=300, context=4096, prefill_tokens=0,
+                                     prefill_len=0)}["attention_decode"]
+    # per sequence and cached token: 2 x heads x (512 + 64 + 512) FLOPs over 576 one-byte latent values
+    assert a.flops == pytest.approx(2 * heads * 1088 * 4096 * 300)
+    # the latent cache, and the rest: the new token's latent (bf16 in, FP8 cached), q in and o out (bf16, per head)
+    cache, io = 300 * 576 * 4096, 300 * (576 * (2 + 1) + 2 * heads * 1088)
+    assert a.bytes == pytest.approx(cache + io)
+    expect = max(a.flops / (compute * gpu.peak_flops_per_s["bf16"]),
+                 (cache / frac + io / io_frac) / gpu.hbm_bytes_per_s)
+    launch = gpu.kernel_overhead_s + IDEAL.kernel_gap_s
+    assert a.bound == bound and a.time_s == pytest.approx(launch + expect + 3 * cta_s, rel=1e-12)  # 300 CTAs: 3 waves
+    assert decode_mla_time_s(a.flops, cache, io, 300, gpu.peak_flops_per_s["bf16"], gpu.hbm_bytes_per_s, gpu.sms,
+                             compute, frac, io_frac, cta_s) == (pytest.approx(expect + 3 * cta_s, rel=1e-12), bound)
+    # an NVFP4 latent cache takes the FP8 law (the narrowest wider format with one) over fewer bytes: never slower
+    b200 = get_gpu("b200")
+    assert b200.decode_mla_law("nvfp4") == b200.decode_mla["fp8"]
+    t = {kv: {o.name: o for o in step_ops(arch, b200, dep.replace(kv_cache=kv), decode=300, context=4096,
+                                          prefill_tokens=0, prefill_len=0)}["attention_decode"].time_s
+         for kv in ("bf16", "fp8", "nvfp4")}
+    assert t["nvfp4"] <= t["fp8"] <= t["bf16"], t
+
+
 def test_decode_attention_follows_the_gpus_published_kernel_law():
     """The decode attention kernel streams its bytes at the GPU's ``decode_attention`` fraction of the peak HBM
     bandwidth for the KV-cache format and pays ``cta_s`` per wave of CTAs, one per sequence and KV head (MLA: one
@@ -223,11 +260,11 @@ def test_decode_attention_follows_the_gpus_published_kernel_law():
     # many sequences over short caches: the CTAs' fixed cost, not the bytes, sets the time
     short = op(gqa, gpu, "bf16", 2048, 16)
     assert short.time_s > 1.5 * (launch + short.bytes / (gpu.hbm_bytes_per_s * gpu.decode_attention["bf16"][0]))
-    # MLA decode reads one shared latent per sequence: one CTA per sequence
+    # MLA decode on a GPU without an MLA law reads one shared latent per sequence: one CTA per sequence
     mla = Architecture(hidden=2048, layers=1, heads=16, kv_heads=16, ffn=8192, vocab=32000,
                        mla=MLA(q_lora_rank=0, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
                                v_head_dim=128))
-    m = op(mla, gpu, "fp8", 300, 2048)
+    m = op(mla, gpu.replace(decode_mla={}), "fp8", 300, 2048)
     frac, cta_s = gpu.decode_attention["fp8"]
     assert m.time_s == pytest.approx(launch + m.bytes / (gpu.hbm_bytes_per_s * frac) + 3 * cta_s, rel=1e-12)
     # no entry for the format: the narrowest wider format's law (NVFP4 KV on B200: FP8's), else the flat stream at
