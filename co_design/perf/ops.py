@@ -478,8 +478,9 @@ class _Table:
         ``prefill_attention`` law for ``prec`` where it has one) or, with ``decode``, the decode one (one query
         token per sequence over its cached KV in format ``kv_cache``, in ``ctas`` CTAs, at the GPU's
         ``decode_attention`` law for that format where it has one; ``mla``: the absorbed MLA kernel, at the GPU's
-        ``decode_mla`` law where it has one, ``cache_bytes`` of its ``nbytes`` the latent cache read); elsewhere at the GPU's flat ``attention_efficiency`` of the FLOP
-        rate and the HBM bandwidth the other ops reach. Each has its own runtime fraction of both rates."""
+        ``decode_mla`` law where it has one, ``cache_bytes`` of its ``nbytes`` the latent cache read); elsewhere
+        at the GPU's flat ``attention_efficiency`` of the FLOP rate and the HBM bandwidth the other ops reach.
+        Each has its own runtime fraction of both rates."""
         if (flops <= 0 and nbytes <= 0) or count <= 0:
             return
         peak = self.gpu.peak_flops_per_s[prec]
