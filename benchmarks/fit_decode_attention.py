@@ -173,15 +173,15 @@ def fit_mla(calls: Mapping[str, Sequence[MlaCall]], bf16: float, hbm: float, sms
     def laws(p: Sequence[float]) -> list[tuple[float, float, float]]:  # per format (t0 in us, compute, fraction)
         out = [(p[2], min(p[3], compute_max[kvs[0]]), p[4])]
         for i, kv in enumerate(kvs[1:], 1):  # p: t0, compute step >= 0, cache-fraction step >= 0 over the wider's
-            t0, compute, frac = out[-1][0], out[-1][1], out[-1][2]
+            _, compute, frac = out[-1]
             ratio = bytes_per_element(kv) / bytes_per_element(kvs[i - 1])
             out.append((p[2 + 3 * i], min(compute + p[3 + 3 * i], compute_max[kv]), min(1.0, frac * ratio + p[4 + 3 * i])))
         return out
 
     def residual(p: np.ndarray) -> np.ndarray:  # p: cta (us), io fraction, then three per format
-        return np.concatenate([np.log((t0 * 1e-6 + np.maximum(math / compute, cache / frac + io / p[1])
+        return np.concatenate([np.log((t0 * 1e-6 + np.maximum(flop_s / compute, cache / frac + io / p[1])
                                        + p[0] * 1e-6 * waves) / times)
-                               for (t0, compute, frac), (times, math, cache, io, waves) in zip(laws(p), cols)])
+                               for (t0, compute, frac), (times, flop_s, cache, io, waves) in zip(laws(p), cols)])
 
     n = len(kvs)
     lo = [0.0, 0.02, 0.0, 0.02, 0.02] + [0.0, 0.0, 0.0] * (n - 1)
@@ -190,13 +190,13 @@ def fit_mla(calls: Mapping[str, Sequence[MlaCall]], bf16: float, hbm: float, sms
                         xtol=1e-12, ftol=1e-12, gtol=1e-12).x
     cta_s, io_fraction = float(sol[0]) * 1e-6, float(sol[1])
     out = {}
-    for (t0, compute, fraction), kv, (_, math, cache, io, _) in zip(laws(sol), kvs, cols):
+    for (t0, compute, fraction), kv, (_, flop_s, cache, io, _) in zip(laws(sol), kvs, cols):
         t0, compute, fraction = float(t0) * 1e-6, float(compute), float(fraction)
         med, p90, signed = _errors((predict_mla_s(c, kv, bf16, hbm, sms, compute, fraction, io_fraction, cta_s, t0)
                                     for c in calls[kv]), calls[kv])
         out[kv] = {"compute_fraction": compute, "fraction": fraction, "io_fraction": io_fraction, "cta_s": cta_s,
                    "t0_s": t0, "median_error": med, "p90_error": p90, "signed_error": signed,
-                   "compute_bound": float(np.mean(math / compute >= cache / fraction + io / io_fraction))}
+                   "compute_bound": float(np.mean(flop_s / compute >= cache / fraction + io / io_fraction))}
     return {kv: out[kv] for kv in calls}
 
 
