@@ -121,9 +121,8 @@ def fit(calls: Mapping[str, Sequence[Call]], hbm: float, sms: int, per_cta: bool
     out = {}
     for i, kv in enumerate(kvs):
         t0, fraction = float(sol[1 + 2 * i]) * 1e-6, float(sol[2 + 2 * i])
-        errs = sorted(abs(predict_s(c, kv, hbm, sms, fraction, cta_s, t0) / c[-1] - 1) for c in calls[kv])
-        out[kv] = {"fraction": fraction, "cta_s": cta_s, "t0_s": t0, "median_error": statistics.median(errs),
-                   "p90_error": errs[int(0.9 * (len(errs) - 1))]}
+        med, p90, _ = _errors((predict_s(c, kv, hbm, sms, fraction, cta_s, t0) for c in calls[kv]), calls[kv])
+        out[kv] = {"fraction": fraction, "cta_s": cta_s, "t0_s": t0, "median_error": med, "p90_error": p90}
     return out
 
 
@@ -207,17 +206,6 @@ def load(path: Path, fmt: str = FORMAT) -> dict[str, Any]:
     return doc
 
 
-def mla_calls_by_format(doc: dict[str, Any]) -> dict[str, list[MlaCall]]:
-    """``KV-cache format -> [(batch, heads, kv_len, seconds), ...]`` of a decode-MLA document."""
-    cols = doc["columns"]
-    ix = [cols.index(c) for c in ("batch", "heads", "kv_len")]
-    out: dict[str, list[MlaCall]] = {}
-    for r in doc["rows"]:
-        b, h, n = (int(r[i]) for i in ix)
-        out.setdefault(r[cols.index("kv_cache")], []).append((b, h, n, float(r[cols.index("time_s")])))
-    return out
-
-
 def fit_gpu_mla(name: str, data: Path = DATA) -> dict[str, dict[str, Any]]:
     """Per KV-cache format: the MLA law's fit (:func:`fit_mla`), what the serving model charged before (the
     grouped-query law with one CTA per sequence, the math at ``attention_efficiency``, the same ``t0``) and the
@@ -225,7 +213,8 @@ def fit_gpu_mla(name: str, data: Path = DATA) -> dict[str, dict[str, Any]]:
     gpu = get_gpu(name)
     bf16, hbm, sms = gpu.peak_flops_per_s["bf16"], gpu.hbm_bytes_per_s, gpu.sms
     calls = {kv: [c for c in every if c[2] >= MIN_KV_LEN]
-             for kv, every in mla_calls_by_format(load(data / f"decode_mla_{name}.json", MLA_FORMAT)).items()}
+             for kv, every in calls_by_format(load(data / f"decode_mla_{name}.json", MLA_FORMAT),
+                                              ("batch", "heads", "kv_len")).items()}
     law = fit_mla(calls, bf16, hbm, sms, {kv: gpu.peak_flops_per_s.get(kv, bf16) / bf16 for kv in calls})
     out: dict[str, dict[str, Any]] = {}
     for kv, res in law.items():
@@ -271,14 +260,15 @@ def mla_report(fits: dict[str, dict[str, dict[str, Any]]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def calls_by_format(doc: dict[str, Any]) -> dict[str, list[Call]]:
-    """``KV-cache format -> [(batch, heads, kv_heads, kv_len, seconds), ...]`` of a decode-attention document."""
+def calls_by_format(doc: dict[str, Any], keys: Sequence[str] = ("batch", "heads", "kv_heads", "kv_len")
+                    ) -> dict[str, list[tuple]]:
+    """``KV-cache format -> [(*keys, seconds), ...]`` of a decode document: a decode-attention one by default
+    (:data:`Call`), a decode-MLA one with ``keys=("batch", "heads", "kv_len")`` (:data:`MlaCall`)."""
     cols = doc["columns"]
-    ix = [cols.index(c) for c in ("batch", "heads", "kv_heads", "kv_len")]
-    out: dict[str, list[Call]] = {}
+    ix = [cols.index(c) for c in keys]
+    out: dict[str, list[tuple]] = {}
     for r in doc["rows"]:
-        b, h, kv, n = (int(r[i]) for i in ix)
-        out.setdefault(r[cols.index("kv_cache")], []).append((b, h, kv, n, float(r[cols.index("time_s")])))
+        out.setdefault(r[cols.index("kv_cache")], []).append((*(int(r[i]) for i in ix), float(r[cols.index("time_s")])))
     return out
 
 
