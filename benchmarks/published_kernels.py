@@ -37,6 +37,10 @@ calibration fit and its predicted-vs-measured report run from a clone on any mac
   the shape AIConfigurator's MLA collector times; its module table names ``deepseek-ai/DeepSeek-V3``), bf16
   attention over a bf16 or an FP8 latent cache, 1-128 query heads on the GPU (128 / TP), every batch and cached
   length measured, to ``decode_mla_<gpu>.json``, read by ``benchmarks/fit_decode_attention.py``.
+* Prefill MLA attention (``context_mla_perf``, the same directory): the causal prompt kernel of the same MLA, every
+  query head over its own expanded key (qk_nope 128 + rope 64) and value (128), bf16 attention over a bf16 or an FP8
+  latent cache, 1-128 query heads on the GPU, prompts from :data:`PREFILL_MIN_ISL` tokens whose query tiles fill the
+  SMs at least once, to ``prefill_mla_<gpu>.json``, read by ``benchmarks/fit_prefill_attention.py``.
 
 * MoE layers (``moe_perf``, TensorRT-LLM 1.3.0rc20, the paths of :data:`MOE_KERNELS`, balanced routing): the
   expert shapes of the MoE models in ``published_serving.json`` (:data:`MOE_SHAPES`), bf16 / fp8 (per-tensor) /
@@ -117,6 +121,8 @@ DECODE_GROUPS = range(2, 17)  # query heads per KV head of the calls kept
 DECODE_KV = (1024, 4096, 16384)
 MLA_FORMAT = "co-design published decode MLA v1"
 MLA_COLUMNS = ("kv_cache", "batch", "heads", "kv_len", "time_s")
+PREFILL_MLA_FORMAT = "co-design published prefill MLA v1"
+PREFILL_MLA_COLUMNS = ("kv_cache", "batch", "isl", "heads", "time_s")
 
 
 def _ms_to_s(latency_ms: float) -> float:
@@ -374,6 +380,21 @@ def extract_runtime_moe(data_dir: Path, system: str) -> dict[str, Any] | None:  
             "measurements": cases}
 
 
+def prefill_mla_rows(rows: Iterable[Mapping[str, Any]], sms: int) -> list[list[Any]]:
+    """Rows (:data:`PREFILL_MLA_COLUMNS`) of the prefill MLA calls (module docstring), sorted; ``heads`` are the
+    query heads on the GPU; a repeated call keeps its median time."""
+    by: dict[tuple, list[float]] = {}
+    for r in rows:
+        kv = PREFILL_DTYPES.get(r["kv_cache_dtype"])
+        isl, batch, heads = int(r["isl"]), int(r["batch_size"]), int(r["num_heads"])
+        if (kv is None or r["mla_dtype"] != "bfloat16" or r["kernel_source"] != "default" or int(r["step"]) != 0
+                or isl < PREFILL_MIN_ISL or batch * heads * -(-isl // 128) < sms):
+            continue
+        by.setdefault((kv, batch, isl, heads), []).append(_ms_to_s(r["latency"]))
+    order = list(PREFILL_DTYPES.values())
+    return [[*k, sorted(t)[len(t) // 2]] for k, t in sorted(by.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1:]))]
+
+
 def _extract_attention(data_dir: Path, system: str, table: str, fmt: str, columns: tuple[str, ...],
                        select: Any, op: str = "attention") -> dict[str, Any] | None:  # pragma: no cover - pandas
     """The ``fmt`` document of one AIConfigurator system directory's TensorRT-LLM ``op`` (``attention``, ``mla``)
@@ -408,6 +429,12 @@ def extract_decode_mla(data_dir: Path, system: str) -> dict[str, Any] | None:  #
     """The decode-MLA document of one AIConfigurator system directory (None without the table)."""
     return _extract_attention(data_dir, system, "generation_mla_perf", MLA_FORMAT, MLA_COLUMNS, decode_mla_rows,
                               op="mla")
+
+
+def extract_prefill_mla(data_dir: Path, system: str) -> dict[str, Any] | None:  # pragma: no cover - pandas
+    """The prefill-MLA document of one AIConfigurator system directory (None without the table)."""
+    return _extract_attention(data_dir, system, "context_mla_perf", PREFILL_MLA_FORMAT, PREFILL_MLA_COLUMNS,
+                              lambda rows: prefill_mla_rows(rows, SYSTEM_SMS[system]), op="mla")
 
 
 def dumps_rows(doc: Mapping[str, Any]) -> str:
@@ -455,6 +482,10 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - needs pand
         mla = extract_decode_mla(args.data_dir, system)
         if mla is not None:
             _write(args.out / f"decode_mla_{gpu}.json", mla, system, f"{len(mla['rows'])} decode MLA calls")
+        prefill_mla = extract_prefill_mla(args.data_dir, system)
+        if prefill_mla is not None:
+            _write(args.out / f"prefill_mla_{gpu}.json", prefill_mla, system,
+                   f"{len(prefill_mla['rows'])} prefill MLA calls")
         other = extract_runtime_moe(args.data_dir, system)
         if other is not None:
             _write(args.out / f"runtime_moe_{gpu}.json", other, system, f"{len(other['measurements'])} block-FP8 "

@@ -50,3 +50,36 @@ def test_the_catalog_carries_the_fit_of_the_committed_timings(tmp_path):
     assert doc["source"]["repository"].endswith("ai-dynamo/aiconfigurator") and doc["gpu"] == "h200"
     text = fpa.report({"h200": fits})
     assert text.count("| h200 |") == 2 and "[0.56, 3.5]" in text
+
+
+def test_mla_io_is_the_serving_models_rope_and_latent_write_on_paper():
+    # per token: 16 heads x 192 query dims read and written in bf16, the 576-wide latent read in bf16 and cached
+    per_token_bf16 = 16 * 192 * 4 + 576 * 4
+    assert fpa.mla_io_s(2, 1000, 16, "bf16", 1e12) == pytest.approx(2 * 1000 * per_token_bf16 / 1e12)
+    assert fpa.mla_io_s(2, 1000, 16, "fp8", 1e12) == pytest.approx(2 * 1000 * (per_token_bf16 - 576) / 1e12)
+    assert fpa.MLA_QK_V == 320
+
+
+@pytest.mark.parametrize("kv", ["bf16", "fp8"])
+def test_the_mla_fit_recovers_a_planted_law_and_scores_the_grouped_query_entry(kv):
+    gpu = get_gpu("h200")
+    fraction, overhead, t0 = 0.45, 3.0, 20e-6
+    calls = [(b, isl, h, t0 + fpa.loop_s(b, isl, h, gpu.peak(kv), overhead, fpa.MLA_QK_V) / fraction
+              + fpa.mla_io_s(b, isl, h, kv, gpu.hbm_bytes_per_s))
+             for b in (1, 8) for isl in (256, 2048, 16384) for h in (16, 64, 128)]
+    r = fpa.fit_mla(calls, kv, "h200")
+    assert (r["overhead"], r["t0_s"]) == (overhead, pytest.approx(t0)) and r["fraction"] == pytest.approx(fraction)
+    assert r["median_error"] < 1e-9
+    # the grouped-query law's FLOPs miss MLA's 192 + 128 head dims: the same constants are off by their ratio
+    wrong = fpa.fit(calls, gpu.peak(kv), (overhead,), 2 * fpa.HEAD_DIM, fraction)
+    assert wrong["median_signed"] < -0.05
+
+
+def test_the_mla_report_holds_both_caches_of_each_gpu_with_held_out_errors():
+    fits = fpa.mla_gpu("h200")
+    assert set(fits) == {"bf16", "fp8"}
+    for kv, r in fits.items():
+        assert r["calls"] > 300 and r["median_error"] < 0.08 and r["held_half"] < 0.08 and r["held_heads"] < 0.08, kv
+        assert r["before"]["entry"] == list(get_gpu("h200").prefill_attention[kv])
+    text = fpa.report_mla({"h200": fits})
+    assert text.count("| h200 |") == 2 and "not yet charged by the serving model" in text

@@ -160,9 +160,26 @@ def test_decode_mla_rows_keep_bf16_attention_over_bf16_or_fp8_latent_caches() ->
     assert json.loads(pk.dumps_rows(doc)) == doc
 
 
+def test_prefill_mla_rows_keep_prompts_whose_query_tiles_fill_the_gpu() -> None:
+    rows = [_mla(isl=1024, step=0), _mla(isl=1024, step=0, latency=0.3), _mla(isl=1024, step=0, latency=0.2),
+            _mla(isl=1024, step=0, kv_cache_dtype="bfloat16", latency=0.4),
+            _mla(isl=128, step=0),  # one partial query tile
+            _mla(isl=256, step=0, batch_size=1, num_heads=16),  # 1 x 16 x 2 = 32 query tiles < 132 SMs
+            _mla(isl=256, step=0, batch_size=8, num_heads=16, latency=0.05),  # 8 x 16 x 2 = 256 tiles
+            _mla(isl=1024, step=0, mla_dtype="fp8"), _mla(isl=1024, step=0, kernel_source="flashinfer")]
+    got = pk.prefill_mla_rows(rows, sms=132)
+    assert got == [["bf16", 8, 1024, 16, pytest.approx(400e-6)], ["fp8", 8, 256, 16, pytest.approx(50e-6)],
+                   ["fp8", 8, 1024, 16, pytest.approx(200e-6)]]
+    doc = json.loads((DATA / "prefill_mla_h200.json").read_text())
+    assert doc["format"] == pk.PREFILL_MLA_FORMAT and doc["columns"] == list(pk.PREFILL_MLA_COLUMNS)
+    assert doc["source"]["table"].endswith("mla/trtllm/1.3.0rc20/context_mla_perf.parquet")
+    assert {r[0] for r in doc["rows"]} == {"bf16", "fp8"} and all(r[2] >= pk.PREFILL_MIN_ISL for r in doc["rows"])
+
+
 @pytest.mark.parametrize("path", sorted(p for p in DATA.glob("*.json")
                                         if not p.name.startswith(("moe_", "runtime_moe_", "prefill_attention_",
-                                                                 "decode_attention_", "decode_mla_"))),
+                                                                 "decode_attention_", "decode_mla_",
+                                                                 "prefill_mla_"))),
                          ids=lambda p: p.stem)
 def test_committed_files_are_calibrate_gpu_runs_with_their_source(path: Path) -> None:
     name, meta, ms = cg.load_measurements(path)
