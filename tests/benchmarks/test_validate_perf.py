@@ -243,7 +243,7 @@ def test_a_fit_pins_what_no_training_row_can_move():
 
 
 def test_the_fit_on_all_rows_keeps_the_shipped_point_unless_it_finds_lower_error():
-    """Two valleys: host time per iteration against per-kernel gap. A bare coordinate descent from the idealized start ends in
+    """Two valleys: host time per iteration against per-kernel gap. A descent from the idealized start ends in
     the shallower one; started also from the shipped constants, the fit keeps the deeper one."""
     import json
 
@@ -259,9 +259,9 @@ def test_the_fit_on_all_rows_keeps_the_shipped_point_unless_it_finds_lower_error
 
     shipped = {k: getattr(vp.Runtime(), k) for k in vp.CALIBRATED} | {"iteration_overhead_s": 0.5e-3,
                                                                        "kernel_gap_s": 2e-6}
-    alone = vp.fit(TwoValleys(), rows, rounds=3, pair_moves=False)
+    alone = vp.fit(TwoValleys(), rows, rounds=3)
     assert (alone["iteration_overhead_s"], alone["kernel_gap_s"]) == (0.0, 4e-6)
-    both = vp.fit(TwoValleys(), rows, rounds=3, also_from=shipped, pair_moves=False)
+    both = vp.fit(TwoValleys(), rows, rounds=3, also_from=shipped)
     assert (both["iteration_overhead_s"], both["kernel_gap_s"]) == (0.5e-3, 2e-6)
 
 
