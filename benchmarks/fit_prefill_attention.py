@@ -49,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 from co_design.arch import MLA  # noqa: E402
 from co_design.hardware import get_gpu  # noqa: E402
 from co_design.perf.ops import prefill_attention_tile_efficiency  # noqa: E402
+from co_design.perf.roofline import bytes_per_element  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "data" / "kernels"
 FORMAT = "co-design published prefill attention v1"
@@ -62,7 +63,6 @@ MLA_FORMAT = "co-design published prefill MLA v1"
 DEEPSEEK_V3_MLA = MLA(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
 MLA_QK_V = DEEPSEEK_V3_MLA.qk_head_dim + DEEPSEEK_V3_MLA.v_head_dim  # 192 + 128 per head and attended pair
 MLA_HELD_HEADS = (16, 128)  # the head counts of TP 8 and of one GPU (or attention-DP), held out of one fit
-KV_BYTES = {"bf16": 2, "fp8": 1}
 
 
 def loop_s(batch: int, isl: int, heads: int, peak: float, overhead: float, qk_v: int = 2 * HEAD_DIM) -> float:
@@ -107,7 +107,7 @@ def fit(calls: Sequence[tuple[int, int, int, float]], peak: float,
             # fraction in closed form: the median of each call's own (its time less t0); the score is the median
             # |log(predicted / measured)| of the whole call
             loops = [loop_s(b, isl, h, peak, oh, qk_v) for b, isl, h, _ in calls]
-            frac = fraction or math.exp(statistics.median(math.log(s / (t - t0)) for s, t in zip(loops, times)))
+            frac = fraction if fraction is not None else math.exp(statistics.median(math.log(s / (t - t0)) for s, t in zip(loops, times)))
             score = statistics.median(abs(math.log((t0 + x + s / frac) / (t + x)))
                                       for s, t, x in zip(loops, times, extra))
             if best is None or score < best[0]:
@@ -129,8 +129,14 @@ def mla_io_s(batch: int, isl: int, heads: int, kv_cache: str, hbm_bytes_per_s: f
     own op (``rope_kv_write`` in ``co_design.perf.ops``): each token's query read and written in bf16 (RoPE) and
     its latent read in bf16 and written to the cache in ``kv_cache``'s width, at the GPU's HBM rate."""
     m = DEEPSEEK_V3_MLA
-    per_token = heads * m.qk_head_dim * 2 * 2 + (m.kv_lora_rank + m.qk_rope_head_dim) * (2 + KV_BYTES[kv_cache])
+    latent = m.kv_lora_rank + m.qk_rope_head_dim
+    per_token = heads * m.qk_head_dim * 2 * 2 + latent * (2 + bytes_per_element(kv_cache))
     return batch * isl * per_token / hbm_bytes_per_s
+
+
+def _mla_io(calls: Sequence[tuple[int, int, int, float]], kv_cache: str, gpu: Any) -> list[float]:
+    """:func:`mla_io_s` of each call on ``gpu``."""
+    return [mla_io_s(b, isl, h, kv_cache, gpu.hbm_bytes_per_s) for b, isl, h, _ in calls]
 
 
 def fit_mla(calls: Sequence[tuple[int, int, int, float]], kv_cache: str, name: str,
@@ -139,17 +145,15 @@ def fit_mla(calls: Sequence[tuple[int, int, int, float]], kv_cache: str, name: s
     on GPU ``name``: the FLOPs of :data:`MLA_QK_V` head dims at the peak of the precision the serving model runs
     the kernel in (FP8 over an FP8 cache), :func:`mla_io_s` added to every call."""
     gpu = get_gpu(name)
-    extra = [mla_io_s(b, isl, h, kv_cache, gpu.hbm_bytes_per_s) for b, isl, h, _ in calls]
-    return fit(calls, gpu.peak(kv_cache), overheads, MLA_QK_V, fraction, extra)
+    return fit(calls, gpu.peak(kv_cache), overheads, MLA_QK_V, fraction, _mla_io(calls, kv_cache, gpu))
 
 
 def _score_mla(calls: Sequence[tuple[int, int, int, float]], kv_cache: str, name: str,
                law: dict[str, Any]) -> float:
     """Median absolute error of the MLA prompt law at ``law``'s fraction, overhead and t0 on ``calls``."""
     gpu = get_gpu(name)
-    extra = [mla_io_s(b, isl, h, kv_cache, gpu.hbm_bytes_per_s) for b, isl, h, _ in calls]
     return errors(calls, gpu.peak(kv_cache), law["fraction"], law["overhead"], law["t0_s"], MLA_QK_V,
-                  extra)["median_error"]
+                  _mla_io(calls, kv_cache, gpu))["median_error"]
 
 
 def mla_gpu(name: str, data: Path = DATA) -> dict[str, dict[str, Any]]:
@@ -158,15 +162,8 @@ def mla_gpu(name: str, data: Path = DATA) -> dict[str, dict[str, Any]]:
     other call, scored on the rest; fitted without :data:`MLA_HELD_HEADS`, scored on them), and the serving model's
     law before (its grouped-query ``prefill_attention`` entry, overhead and fraction kept, t0 refitted)."""
     gpu = get_gpu(name)
-    doc = load(data / f"prefill_mla_{name}.json", MLA_FORMAT)
-    cols = doc["columns"]
-    ix = [cols.index(c) for c in ("kv_cache", "batch", "isl", "heads", "time_s")]
-    by: dict[str, list[tuple[int, int, int, float]]] = {}
-    for r in doc["rows"]:
-        kv, b, isl, h, t = (r[i] for i in ix)
-        by.setdefault(kv, []).append((int(b), int(isl), int(h), float(t)))
     out = {}
-    for kv, calls in by.items():
+    for kv, calls in calls_by_precision(load(data / f"prefill_mla_{name}.json", MLA_FORMAT), "kv_cache").items():
         res: dict[str, Any] = fit_mla(calls, kv, name)
         res["calls"] = len(calls)
         held = [c for c in calls if c[2] in MLA_HELD_HEADS]
@@ -184,13 +181,15 @@ def mla_gpu(name: str, data: Path = DATA) -> dict[str, dict[str, Any]]:
     return out
 
 
-def calls_by_precision(doc: dict[str, Any]) -> dict[str, list[tuple[int, int, int, float]]]:
-    """``precision -> [(batch, isl, heads, seconds), ...]`` of a prefill-attention document."""
+def calls_by_precision(doc: dict[str, Any], key: str = "precision"
+                       ) -> dict[str, list[tuple[int, int, int, float]]]:
+    """``precision -> [(batch, isl, heads, seconds), ...]`` of a prefill-attention document (of a prefill-MLA one
+    with ``key="kv_cache"``: its latent-cache format)."""
     cols = doc["columns"]
-    ix = {c: cols.index(c) for c in ("precision", "batch", "isl", "heads", "time_s")}
+    ix = {c: cols.index(c) for c in (key, "batch", "isl", "heads", "time_s")}
     out: dict[str, list[tuple[int, int, int, float]]] = {}
     for r in doc["rows"]:
-        out.setdefault(r[ix["precision"]], []).append(
+        out.setdefault(r[ix[key]], []).append(
             (int(r[ix["batch"]]), int(r[ix["isl"]]), int(r[ix["heads"]]), float(r[ix["time_s"]])))
     return out
 
