@@ -189,6 +189,13 @@ def attention_cases(context_rows: Iterable[Mapping[str, Any]], generation_rows: 
                                       c["params"]["kv_len"]))
 
 
+def _median_rows(by: Mapping[tuple, list[float]]) -> list[list[Any]]:
+    """``[*key, median seconds]`` per call key (its first field a :data:`PREFILL_DTYPES` format), sorted by format
+    in that order and then by the rest of the key: a repeated call keeps its median time."""
+    order = list(PREFILL_DTYPES.values())
+    return [[*k, sorted(t)[len(t) // 2]] for k, t in sorted(by.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1:]))]
+
+
 def prefill_attention_rows(rows: Iterable[Mapping[str, Any]], sms: int) -> list[list[Any]]:
     """Rows (:data:`PREFILL_COLUMNS`) of the prefill-attention calls the kernel law is fitted on (module
     docstring), sorted; a repeated call keeps its median time."""
@@ -200,8 +207,7 @@ def prefill_attention_rows(rows: Iterable[Mapping[str, Any]], sms: int) -> list[
                 or r["kernel_source"] != "torch_flow" or isl < PREFILL_MIN_ISL or batch * heads * -(-isl // 128) < sms):
             continue
         by.setdefault((prec, batch, isl, heads, int(r["num_key_value_heads"])), []).append(_ms_to_s(r["latency"]))
-    order = list(PREFILL_DTYPES.values())
-    return [[*k, sorted(t)[len(t) // 2]] for k, t in sorted(by.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1:]))]
+    return _median_rows(by)
 
 
 def decode_attention_rows(rows: Iterable[Mapping[str, Any]]) -> list[list[Any]]:
@@ -217,8 +223,7 @@ def decode_attention_rows(rows: Iterable[Mapping[str, Any]]) -> list[list[Any]]:
             continue
         key = (kv, int(r["batch_size"]), heads, kv_heads, int(r["isl"]) + int(r["step"]))
         by.setdefault(key, []).append(_ms_to_s(r["latency"]))
-    order = list(PREFILL_DTYPES.values())
-    return [[*k, sorted(t)[len(t) // 2]] for k, t in sorted(by.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1:]))]
+    return _median_rows(by)
 
 
 def decode_mla_rows(rows: Iterable[Mapping[str, Any]]) -> list[list[Any]]:
@@ -232,8 +237,7 @@ def decode_mla_rows(rows: Iterable[Mapping[str, Any]]) -> list[list[Any]]:
             continue
         key = (kv, int(r["batch_size"]), int(r["num_heads"]), int(r["isl"]) + int(r["step"]))
         by.setdefault(key, []).append(_ms_to_s(r["latency"]))
-    order = list(PREFILL_DTYPES.values())
-    return [[*k, sorted(t)[len(t) // 2]] for k, t in sorted(by.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1:]))]
+    return _median_rows(by)
 
 
 def moe_cases(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -391,8 +395,7 @@ def prefill_mla_rows(rows: Iterable[Mapping[str, Any]], sms: int) -> list[list[A
                 or isl < PREFILL_MIN_ISL or batch * heads * -(-isl // 128) < sms):
             continue
         by.setdefault((kv, batch, isl, heads), []).append(_ms_to_s(r["latency"]))
-    order = list(PREFILL_DTYPES.values())
-    return [[*k, sorted(t)[len(t) // 2]] for k, t in sorted(by.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1:]))]
+    return _median_rows(by)
 
 
 def _extract_attention(data_dir: Path, system: str, table: str, fmt: str, columns: tuple[str, ...],
@@ -471,21 +474,13 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - needs pand
         moe = extract_moe(args.data_dir, system)
         if moe is not None:
             _write(args.out / f"moe_{gpu}.json", moe, system, f"{len(moe['measurements'])} MoE layers")
-        prefill = extract_prefill_attention(args.data_dir, system)
-        if prefill is not None:
-            _write(args.out / f"prefill_attention_{gpu}.json", prefill, system,
-                   f"{len(prefill['rows'])} prefill attention calls")
-        decode = extract_decode_attention(args.data_dir, system)
-        if decode is not None:
-            _write(args.out / f"decode_attention_{gpu}.json", decode, system,
-                   f"{len(decode['rows'])} decode attention calls")
-        mla = extract_decode_mla(args.data_dir, system)
-        if mla is not None:
-            _write(args.out / f"decode_mla_{gpu}.json", mla, system, f"{len(mla['rows'])} decode MLA calls")
-        prefill_mla = extract_prefill_mla(args.data_dir, system)
-        if prefill_mla is not None:
-            _write(args.out / f"prefill_mla_{gpu}.json", prefill_mla, system,
-                   f"{len(prefill_mla['rows'])} prefill MLA calls")
+        for extract_calls, stem, what in ((extract_prefill_attention, "prefill_attention", "prefill attention"),
+                                          (extract_decode_attention, "decode_attention", "decode attention"),
+                                          (extract_decode_mla, "decode_mla", "decode MLA"),
+                                          (extract_prefill_mla, "prefill_mla", "prefill MLA")):
+            calls = extract_calls(args.data_dir, system)
+            if calls is not None:
+                _write(args.out / f"{stem}_{gpu}.json", calls, system, f"{len(calls['rows'])} {what} calls")
         other = extract_runtime_moe(args.data_dir, system)
         if other is not None:
             _write(args.out / f"runtime_moe_{gpu}.json", other, system, f"{len(other['measurements'])} block-FP8 "
