@@ -30,7 +30,8 @@ MLA (DeepSeek-V3/R1) runs its own prompt kernel: each head attends with its expa
 fits the same law to AIConfigurator's ``context_mla_perf`` calls (``prefill_mla_<gpu>.json``), with each prompt
 token's RoPE and latent-cache write added at the HBM rate (:func:`mla_io_s`, the serving model's own op around the
 kernel), scores it on held-out calls, and scores the grouped-query entry the serving model applies to MLA today.
-The serving model does not charge the MLA fit yet.
+The catalog's ``prefill_mla`` entries are these fits (``[fraction, overhead]``); the serving model charges MLA
+prompts at them.
 """
 
 from __future__ import annotations
@@ -159,8 +160,8 @@ def _score_mla(calls: Sequence[tuple[int, int, int, float]], kv_cache: str, name
 def mla_gpu(name: str, data: Path = DATA) -> dict[str, dict[str, Any]]:
     """Per latent-cache format of one GPU's MLA prompt calls: the fit on all of them (:func:`fit_mla`) and its
     median absolute error at :data:`MLA_HELD_HEADS` heads, the fits' errors on held-out calls (fitted on every
-    other call, scored on the rest; fitted without :data:`MLA_HELD_HEADS`, scored on them), and the serving model's
-    law before (its grouped-query ``prefill_attention`` entry, overhead and fraction kept, t0 refitted)."""
+    other call, scored on the rest; fitted without :data:`MLA_HELD_HEADS`, scored on them), and the law MLA
+    prompts took before ``prefill_mla`` (the grouped-query ``prefill_attention`` entry, t0 refitted)."""
     gpu = get_gpu(name)
     out = {}
     for kv, calls in calls_by_precision(load(data / f"prefill_mla_{name}.json", MLA_FORMAT), "kv_cache").items():
@@ -232,7 +233,7 @@ def report(fits: dict[str, dict[str, dict[str, float]]]) -> str:
 
 
 def report_mla(fits: dict[str, dict[str, dict[str, Any]]]) -> str:
-    lines = ["## MLA prompt kernel (not yet charged by the serving model)", "",
+    lines = ["## MLA prompt kernel (`GPU.prefill_mla`)", "",
              "Calls: AIConfigurator's TensorRT-LLM 1.3.0rc20 `context_mla_perf` table",
              "(`benchmarks/data/kernels/prefill_mla_<gpu>.json`: DeepSeek-V3's MLA, bf16 attention over a bf16 or FP8",
              "latent cache, 1-128 query heads on the GPU, prompts of 256-32768 tokens whose query tiles fill the SMs).",
@@ -241,7 +242,7 @@ def report_mla(fits: dict[str, dict[str, dict[str, Any]]]) -> str:
              "RoPE and latent-cache write at the HBM rate (`mla_io_s`: the serving model's own `rope_kv_write` op,",
              "not fitted). Held out: fitted on every other call and scored on the rest; fitted without the",
              f"{' and '.join(map(str, MLA_HELD_HEADS))}-head calls (TP 8; one GPU or attention-DP) and scored on them.",
-             "Before: the grouped-query entry the serving model applies to MLA today (its fraction and overhead kept,",
+             "Before: the grouped-query entry the serving model applied to MLA before (its fraction and overhead kept,",
              "t0 refitted). Errors: median absolute (signed where marked), of the measured time.", "",
              "| GPU | latent cache | calls | fraction | overhead | t0 (us) | median error | p90 error | "
              f"median at {'+'.join(map(str, MLA_HELD_HEADS))} heads | held-out half | held-out heads | "

@@ -81,7 +81,10 @@ class GPU:
     128-row query tile (so short prompts run below the long-prompt rate); a
     precision it does not list runs at ``attention_efficiency`` of the peak at
     every length (``co_design.perf.ops``; ``benchmarks/fit_prefill_attention.py``
-    fits the built-in entries on published kernel timings).
+    fits the built-in entries on published kernel timings). ``prefill_mla`` does the same for
+    MLA's prompt kernel (every head over its own expanded key and value, DeepSeek-V3's
+    192 + 128 head dims); an MLA model whose precision it does not list takes
+    ``prefill_attention``'s entry.
     ``decode_attention`` maps a KV-cache format to ``(fraction, cta_s)`` of the decode
     attention kernel (one query token per sequence over its cached KV): it streams the
     cache at ``fraction`` of ``hbm_bytes_per_s`` and pays ``cta_s`` seconds for each wave
@@ -119,6 +122,7 @@ class GPU:
     gemm_efficiency_by_precision: Mapping[str, float] = field(default_factory=dict)  # overrides per precision
     attention_efficiency: float = 0.65  # achievable fraction of peak for fused attention math
     prefill_attention: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # precision -> kernel law
+    prefill_mla: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # precision -> MLA prompt law
     decode_attention: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # KV format -> kernel law
     decode_mla: Mapping[str, tuple[float, float, float, float]] = field(default_factory=dict)  # KV format -> MLA law
     memory_efficiency: float = 0.85  # achievable fraction of HBM bandwidth
@@ -142,6 +146,7 @@ class GPU:
                              f"{self.gemm_efficiency_by_precision!r}") from None
         object.__setattr__(self, "gemm_efficiency_by_precision", MappingProxyType(by_precision))
         for key, terms, n in (("prefill_attention", "precision -> [fraction, overhead]", 2),
+                              ("prefill_mla", "precision -> [fraction, overhead]", 2),
                               ("decode_attention", "KV-cache format -> [fraction, cta_s]", 2),
                               ("decode_mla", "KV-cache format -> [compute_fraction, fraction, io_fraction, cta_s]", 4)):
             given = getattr(self, key)
@@ -182,13 +187,14 @@ class GPU:
                                  f"peak_flops_per_s has no {prec} rate; use one of {sorted(self.peak_flops_per_s)}")
             if not 0 < v <= 1:
                 raise ValueError(f"GPU {self.name!r}: gemm_efficiency_by_precision.{prec} must be in (0, 1], got {v}")
-        for prec, (frac, overhead) in self.prefill_attention.items():
-            if prec not in self.peak_flops_per_s:
-                raise ValueError(f"GPU {self.name!r}: prefill_attention.{prec} is given but peak_flops_per_s has no "
-                                 f"{prec} rate; use one of {sorted(self.peak_flops_per_s)}")
-            if not 0 < frac <= 1 or not overhead >= 0:
-                raise ValueError(f"GPU {self.name!r}: prefill_attention.{prec} needs a fraction in (0, 1] and an "
-                                 f"overhead >= 0 (KV tiles per query tile), got [{frac}, {overhead}]")
+        for key in ("prefill_attention", "prefill_mla"):
+            for prec, (frac, overhead) in getattr(self, key).items():
+                if prec not in self.peak_flops_per_s:
+                    raise ValueError(f"GPU {self.name!r}: {key}.{prec} is given but peak_flops_per_s has no "
+                                     f"{prec} rate; use one of {sorted(self.peak_flops_per_s)}")
+                if not 0 < frac <= 1 or not overhead >= 0:
+                    raise ValueError(f"GPU {self.name!r}: {key}.{prec} needs a fraction in (0, 1] and an "
+                                     f"overhead >= 0 (KV tiles per query tile), got [{frac}, {overhead}]")
         for prec, (frac, cta_s) in self.decode_attention.items():
             if prec not in PRECISIONS:
                 raise ValueError(f"GPU {self.name!r}: decode_attention.{prec} is not a KV-cache format; use one of "
@@ -348,6 +354,7 @@ def _merge(raw: Mapping[str, Any], path: Path, base: Mapping[str, Any] | None) -
     peaks = dict(kw.get("peak_flops_per_s", {}))
     by_precision = dict(kw.get("gemm_efficiency_by_precision", {}))
     prefill = dict(kw.get("prefill_attention", {}))
+    prefill_mla = dict(kw.get("prefill_mla", {}))
     decode = dict(kw.get("decode_attention", {}))
     mla = dict(kw.get("decode_mla", {}))
     precisions = dict(kw.get("precisions", {}))
@@ -368,9 +375,10 @@ def _merge(raw: Mapping[str, Any], path: Path, base: Mapping[str, Any] | None) -
                 peaks[prec] = float(v)
                 sources[f"peak_flops_per_s.{prec}"] = src
             continue
-        if key in ("gemm_efficiency_by_precision", "prefill_attention", "decode_attention", "decode_mla"):
+        if key in ("gemm_efficiency_by_precision", "prefill_attention", "prefill_mla", "decode_attention",
+                   "decode_mla"):
             table = {"gemm_efficiency_by_precision": by_precision, "prefill_attention": prefill,
-                     "decode_attention": decode, "decode_mla": mla}[key]
+                     "prefill_mla": prefill_mla, "decode_attention": decode, "decode_mla": mla}[key]
             if not isinstance(entry, Mapping):
                 raise ValueError(f"GPU file {str(path)!r}: {key} must map precision -> value")
             for prec, sub in entry.items():
@@ -398,6 +406,7 @@ def _merge(raw: Mapping[str, Any], path: Path, base: Mapping[str, Any] | None) -
     kw["peak_flops_per_s"] = peaks
     kw["gemm_efficiency_by_precision"] = by_precision
     kw["prefill_attention"] = prefill
+    kw["prefill_mla"] = prefill_mla
     kw["decode_attention"] = decode
     kw["decode_mla"] = mla
     kw["precisions"] = precisions

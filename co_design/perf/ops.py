@@ -33,8 +33,9 @@ after parallelism; see :class:`Shards`):
   fp8 math when the KV cache and activations are 8-bit or narrower (FP8 context
   FMHA), else bf16, at the GPU's ``prefill_attention`` law for that precision
   (:func:`prefill_attention_tile_efficiency`: short prompts below the long-prompt
-  rate). A head_dim the GPU's kernels do not implement
-  (``gpu.attention_head_dims``) runs padded to the next size they do.
+  rate; MLA at its own ``prefill_mla`` law where the GPU has one). A head_dim the
+  GPU's kernels do not implement (``gpu.attention_head_dims``) runs padded to the
+  next size they do.
 * ``attention_decode``: reads each sequence's KV cache (``min(context, window)``
   tokens) and writes the new token's K/V, FLOPs ``2·heads·(d_qk + d_v)`` per
   cached token; MLA absorbed: ``2·heads·(2·kv_lora + rope)`` per cached token over
@@ -475,7 +476,8 @@ class _Table:
                   decode: bool = False, prompt_len: float = 0.0, window: int | None = None,
                   kv_cache: str | None = None, ctas: float = 0.0, mla: bool = False, cache_bytes: float = 0.0) -> None:
         """A fused attention kernel: the prompt (FMHA over prompts of ``prompt_len`` tokens, at the GPU's
-        ``prefill_attention`` law for ``prec`` where it has one) or, with ``decode``, the decode one (one query
+        ``prefill_attention`` law for ``prec`` where it has one; ``mla``: its ``prefill_mla`` law first) or, with
+        ``decode``, the decode one (one query
         token per sequence over its cached KV in format ``kv_cache``, in ``ctas`` CTAs, at the GPU's
         ``decode_attention`` law for that format where it has one; ``mla``: the absorbed MLA kernel, at the GPU's
         ``decode_mla`` law where it has one, ``cache_bytes`` of its ``nbytes`` the latent cache read); elsewhere
@@ -485,7 +487,7 @@ class _Table:
             return
         peak = self.gpu.peak_flops_per_s[prec]
         attn = self.decode_attn if decode else self.attn
-        law = None if decode else self.gpu.prefill_attention.get(prec)
+        law = None if decode else (mla and self.gpu.prefill_mla.get(prec)) or self.gpu.prefill_attention.get(prec)
         if law is not None:  # the published kernel law: its long-prompt fraction, less per query tile
             kernel = law[0] * prefill_attention_tile_efficiency(prompt_len, window, law[1])
         else:
@@ -635,7 +637,7 @@ def _step(arch: "Architecture", gpu: "GPU", dep: Deployment, decode: float, cont
             kv_io = 2 * s.kv_dim if arch.mla is None else s.heads * (d_qk + d_v)
             io = pf_attn * (s.heads * (d_qk + d_v) + kv_io) * _BF16
             t.attention("attention_prefill", 2.0 * arch.heads * (d_qk + d_v) * pairs, io, count, pf_prec,
-                        prompt_len=prefill_len, window=window)
+                        prompt_len=prefill_len, window=window, mla=arch.mla is not None)
         if decode:
             cached = min(context, window) if window else context
             cached /= s.kv_split

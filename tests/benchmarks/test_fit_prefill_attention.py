@@ -81,5 +81,6 @@ def test_the_mla_report_holds_both_caches_of_each_gpu_with_held_out_errors():
     for kv, r in fits.items():
         assert r["calls"] > 300 and r["median_error"] < 0.08 and r["held_half"] < 0.08 and r["held_heads"] < 0.08, kv
         assert r["before"]["entry"] == list(get_gpu("h200").prefill_attention[kv])
+        assert get_gpu("h200").prefill_mla[kv] == (round(r["fraction"], 3), r["overhead"]), kv  # the catalog's
     text = fpa.report_mla({"h200": fits})
-    assert text.count("| h200 |") == 2 and "not yet charged by the serving model" in text
+    assert text.count("| h200 |") == 2 and "`GPU.prefill_mla`" in text

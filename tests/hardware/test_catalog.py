@@ -169,6 +169,26 @@ def test_prefill_attention_law_from_a_file_and_its_checks(tmp_path, monkeypatch)
             load_gpu(f)
 
 
+def test_prefill_mla_law_from_a_file_and_its_checks(tmp_path, monkeypatch):
+    """Every built-in GPU carries a bf16 and an fp8 MLA prompt law with sources; a file may drop one (an MLA model
+    then takes prefill_attention's entry); bad entries name the field."""
+    for name in ("h100", "h200", "b200", "b300", "gb200", "gb300"):
+        g = get_gpu(name)
+        assert set(g.prefill_mla) == {"bf16", "fp8"}, name
+        assert all(0 < f <= 1 and o >= 0 for f, o in g.prefill_mla.values()), name
+        assert "prefill_mla_" in g.sources["prefill_mla.bf16"], name
+    (tmp_path / "mine.yaml").write_text("name: mine\nbase: h100\nprefill_mla:\n  bf16: null\n")
+    monkeypatch.setenv(HARDWARE_PATH_ENV, str(tmp_path))
+    assert set(get_gpu("mine").prefill_mla) == {"fp8"}
+    for text, match in (("prefill_mla: {fp8: [1.5, 2]}\n", r"prefill_mla.fp8 needs a fraction in \(0, 1\]"),
+                        ("prefill_mla: {nvfp4: [0.5, 1]}\n", "prefill_mla.nvfp4 is given but peak_flops_per_s has no"),
+                        ("prefill_mla: {fp8: 0.5}\n", r"prefill_mla must map precision -> \[fraction, overhead\]")):
+        f = tmp_path / "h100.yaml"
+        f.write_text("name: h100\n" + text)
+        with pytest.raises(ValueError, match=match):
+            load_gpu(f)
+
+
 def test_decode_attention_law_from_a_file_and_its_checks(tmp_path, monkeypatch):
     """Every built-in GPU carries a bf16 and an fp8 KV-cache decode attention law with sources; a file may replace
     one format's entry or drop it (that format streams at memory_efficiency, no per-CTA cost); bad entries name the

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from co_design.arch import Architecture
+from co_design.arch import MLA, Architecture
 from co_design.hardware import get_gpu
 from co_design.perf import Deployment, Runtime
 from co_design.perf.ops import (attended_pairs, busiest_rank_experts, busiest_rank_load, expected_experts_touched,
@@ -190,6 +190,35 @@ def test_prefill_attention_follows_the_gpus_published_kernel_law():
     flat = gpu.replace(prefill_attention={})
     for length in (4096, 8192):
         assert rate(flat, "fp8", length) == pytest.approx(gpu.peak("fp8") * gpu.attention_efficiency, rel=1e-9)
+
+
+def test_mla_prefill_follows_the_gpus_published_mla_prompt_law():
+    """An MLA model's prompt kernel runs at the GPU's ``prefill_mla`` law (192 + 128 head dims per pair), not the
+    grouped-query one; a GPU without an MLA entry takes ``prefill_attention``'s."""
+    from co_design.perf.ops import prefill_attention_tile_efficiency
+
+    arch = Architecture(hidden=7168, layers=1, heads=128, kv_heads=128, ffn=18432, vocab=129280,
+                        mla=MLA(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                                q_lora_rank=1536))
+    gpu = get_gpu("h200")
+    launch = gpu.kernel_overhead_s + IDEAL.kernel_gap_s
+    rt = Runtime(**{**IDEAL.to_dict(), "attention_efficiency": 1.0})
+
+    def rate(g, kv, length):
+        dep = Deployment(weights="fp8", activations="fp8", kv_cache=kv, runtime=rt)
+        att = {o.name: o for o in step_ops(arch, g, dep, decode=0, context=0, prefill_tokens=length,
+                                           prefill_len=length, phase="prefill")}["attention_prefill"]
+        assert att.bound == "compute"
+        return att.flops / (att.time_s - launch)
+
+    for kv in ("bf16", "fp8"):
+        for length in (1024, 8192):
+            frac, overhead = gpu.prefill_mla[kv]
+            expect = gpu.peak(kv) * frac * prefill_attention_tile_efficiency(length, None, overhead)
+            assert rate(gpu, kv, length) == pytest.approx(expect, rel=1e-9), (kv, length)
+            frac, overhead = gpu.prefill_attention[kv]
+            expect = gpu.peak(kv) * frac * prefill_attention_tile_efficiency(length, None, overhead)
+            assert rate(gpu.replace(prefill_mla={}), kv, length) == pytest.approx(expect, rel=1e-9), (kv, length)
 
 
 @pytest.mark.parametrize("heads, bound", [(16, "memory"), (128, "compute")])
