@@ -113,7 +113,7 @@ class Runtime:
       two-shot all-reduce (large messages) has two (see :mod:`co_design.perf.comm`).
     * ``iteration_overhead_s``: host-side scheduling time per iteration not hidden
       behind GPU work. Host time adds to the GPU's: an overlap scheduler's form, the
-      longer of the two, fitted worse (README, accuracy).
+      longer of the two, fitted worse (``benchmarks/README.md``, latency at concurrency 1).
     * ``request_overhead_s``: host time per request in flight per iteration
       (scheduling, sampling, detokenization bookkeeping) not hidden behind GPU work.
 
