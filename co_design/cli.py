@@ -96,15 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--max-throughput", action="store_true", help="pick the batch of highest tokens/s per GPU (default)")
     mode.add_argument("--pareto", action="store_true",
                       help="the throughput-vs-interactivity front over concurrency and the parallel layouts of --gpus")
-    slo = pr.add_argument_group("SLO (with --max-throughput or --pareto: keep only points that meet it)")
-    slo.add_argument("--min-tokens-per-s-per-user", type=float, default=None, metavar="TOK_S", help="e.g. 50")
-    slo.add_argument("--max-ttft-ms", type=float, default=None, metavar="MS", help="e.g. 2000")
-    slo.add_argument("--max-tpot-ms", type=float, default=None, metavar="MS", help="e.g. 20")
-    slo.add_argument("--max-ttft-p99-ms", type=float, default=None, metavar="MS",
-                     help="99th-percentile TTFT, e.g. 2000 (with --arrivals poisson: the queue's tail)")
-    slo.add_argument("--max-tpot-p99-ms", type=float, default=None, metavar="MS",
-                     help="99th-percentile TPOT over requests, e.g. 40 (with --arrivals poisson: each decodes "
-                          "beside the prompts admitted meanwhile)")
+    _slo_args(pr.add_argument_group("SLO (with --max-throughput or --pareto: keep only points that meet it)"))
     pr.add_argument("--runtime", metavar="FILE", default=None, help=_RUNTIME_HELP)
     pr.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     pr.add_argument("--no-advice", action="store_true", help="skip shape advice (faster)")
@@ -175,7 +167,11 @@ def _deployment_args(sp: argparse.ArgumentParser, *, concurrency_help: str | Non
         sp.add_argument("--concurrency", type=int, default=None,
                         help="requests in flight, whole deployment (default: the max-throughput batch)")
     sp.add_argument("--runtime", metavar="FILE", default=None, help=_RUNTIME_HELP)
-    slo = sp.add_argument_group("SLO (without --concurrency: the max-throughput batch that meets it)")
+    _slo_args(sp.add_argument_group("SLO (without --concurrency: the max-throughput batch that meets it)"))
+
+
+def _slo_args(slo: argparse._ArgumentGroup) -> None:
+    """The SLO flags (``co_design.perf.SLO``'s fields, in the units the flags name), into group ``slo``."""
     slo.add_argument("--min-tokens-per-s-per-user", type=float, default=None, metavar="TOK_S", help="e.g. 50")
     slo.add_argument("--max-ttft-ms", type=float, default=None, metavar="MS", help="e.g. 2000")
     slo.add_argument("--max-tpot-ms", type=float, default=None, metavar="MS", help="e.g. 20")
