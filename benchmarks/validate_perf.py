@@ -44,8 +44,8 @@ limits as an SLO.
 
 Usage::
 
-    python benchmarks/validate_perf.py              # everything, about an hour on 2 cores
-    python benchmarks/validate_perf.py --quick      # product defaults only: figures in seconds
+    python benchmarks/validate_perf.py              # everything, about 40 minutes on 2 cores
+    python benchmarks/validate_perf.py --quick      # product defaults only: figures in about a minute
     python benchmarks/validate_perf.py --latency-folds  # held-out latency of the models with latency rows only
     python benchmarks/validate_perf.py --ttft           # TTFT at concurrency 1: fit, held out by model, test rows
     python benchmarks/validate_perf.py --ttft-load      # TTFT above concurrency 1: steady, burst, as benchmarked
