@@ -157,6 +157,18 @@ def test_prompt_and_decode_attention_kernels_each_take_their_own_fraction(mla):
         Runtime(decode_attention_efficiency=0.0)
 
 
+def _prompt_attention_rate(arch, gpu, kv, length):
+    """FLOP/s of ``arch``'s prompt attention kernel for one compute-bound prompt of ``length`` tokens over a ``kv``
+    cache on ``gpu`` (FP8 weights and activations, an idealized runtime with the kernel's own fraction at 1):
+    time = FLOPs / rate + one launch."""
+    rt = Runtime(**{**IDEAL.to_dict(), "attention_efficiency": 1.0})
+    dep = Deployment(weights="fp8", activations="fp8", kv_cache=kv, runtime=rt)
+    att = {o.name: o for o in step_ops(arch, gpu, dep, decode=0, context=0, prefill_tokens=length,
+                                       prefill_len=length, phase="prefill")}["attention_prefill"]
+    assert att.bound == "compute"
+    return att.flops / (att.time_s - gpu.kernel_overhead_s - IDEAL.kernel_gap_s)
+
+
 def test_prefill_attention_follows_the_gpus_published_kernel_law():
     """The prompt attention kernel runs at the GPU's ``prefill_attention`` law for its precision: a long prompt near
     the law's fraction of that precision's peak, a short one lower by the per-query-tile overhead; the FP8 context
@@ -166,15 +178,9 @@ def test_prefill_attention_follows_the_gpus_published_kernel_law():
 
     arch = Architecture(hidden=4096, layers=1, heads=32, kv_heads=8, ffn=14336, vocab=32000)
     gpu = get_gpu("h100")
-    launch = gpu.kernel_overhead_s + IDEAL.kernel_gap_s
-    rt = Runtime(**{**IDEAL.to_dict(), "attention_efficiency": 1.0})
 
     def rate(g, kv, length):
-        dep = Deployment(weights="fp8", activations="fp8", kv_cache=kv, runtime=rt)
-        att = {o.name: o for o in step_ops(arch, g, dep, decode=0, context=0, prefill_tokens=length,
-                                           prefill_len=length, phase="prefill")}["attention_prefill"]
-        assert att.bound == "compute"
-        return att.flops / (att.time_s - launch)
+        return _prompt_attention_rate(arch, g, kv, length)
 
     for kv, prec in (("bf16", "bf16"), ("fp8", "fp8")):
         frac, overhead = gpu.prefill_attention[prec]
@@ -201,15 +207,9 @@ def test_mla_prefill_follows_the_gpus_published_mla_prompt_law():
                         mla=MLA(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
                                 q_lora_rank=1536))
     gpu = get_gpu("h200")
-    launch = gpu.kernel_overhead_s + IDEAL.kernel_gap_s
-    rt = Runtime(**{**IDEAL.to_dict(), "attention_efficiency": 1.0})
 
     def rate(g, kv, length):
-        dep = Deployment(weights="fp8", activations="fp8", kv_cache=kv, runtime=rt)
-        att = {o.name: o for o in step_ops(arch, g, dep, decode=0, context=0, prefill_tokens=length,
-                                           prefill_len=length, phase="prefill")}["attention_prefill"]
-        assert att.bound == "compute"
-        return att.flops / (att.time_s - launch)
+        return _prompt_attention_rate(arch, g, kv, length)
 
     for kv in ("bf16", "fp8"):
         for length in (1024, 8192):
