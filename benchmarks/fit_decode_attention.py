@@ -4,24 +4,28 @@ A decode attention kernel (TensorRT-LLM's XQA and trtllm-gen generation kernels,
 token per sequence over that sequence's cached K and V. A grouped-query call gives each sequence and KV head a CTA
 (the group's query heads share it; long caches split over more CTAs when there are fewer than SMs), which loads
 the queries, streams the cached keys and values, and writes the outputs. Streaming is bandwidth-bound; around it
-each CTA pays a fixed cost (query load, the softmax's final rescale and the split reduction, output write) however
-short the cache, so a large batch of short caches runs far below the bandwidth the bytes alone would take. Per call
-of ``batch`` sequences, ``heads`` query heads and ``kv_heads`` KV heads of head_dim ``d`` over ``kv_len`` cached
-tokens in a ``b``-byte format, the law is the one the serving model charges (``co_design.perf.ops
-.decode_attention_time_s``)::
+each CTA pays a fixed cost (query load, the softmax's final rescale, output write) however short the cache, so a
+large batch of short caches runs far below the bandwidth the bytes alone would take. The stream itself ramps: each
+SM's load pipeline fills and drains, and a cache split over several CTAs is reduced at the end, a cost that a long
+stream pays once and a short one in proportion to its bytes. Without the ramp one fraction has to cover both: on
+Hopper the calls over long caches stream at 0.93-0.97 of the peak and those over short ones far below, and a single
+fraction (0.71 on H200) runs the first 25-33 % slow and the second 10-30 % fast. Per call of ``batch`` sequences,
+``heads`` query heads and ``kv_heads`` KV heads of head_dim ``d`` over ``kv_len`` cached tokens in a ``b``-byte
+format, the law is the one the serving model charges (``co_design.perf.ops.decode_attention_time_s``)::
 
     time = t0 + bytes / (fraction * hbm) + ceil(batch * kv_heads / sms) * cta_s
+              + ramp_s * min(1, bytes / (sms * ramp_bytes))
     bytes = batch * (2 d kv_heads (kv_len b + 2 + b) + 2 d heads * 2)     (cache read, new K/V, q in, o out)
 
 ``hbm``, ``sms``: the catalog GPU's peak HBM bandwidth and SM count; ``fraction``: of that bandwidth, reached while
 streaming, per KV-cache format; ``cta_s``: seconds per wave of CTAs, one per GPU (a CTA's fixed work does not
-depend on the cache's format, and one value keeps a narrower cache from being charged a slower kernel); ``t0``:
-seconds per call outside the kernel (the timed op's launch, its host side and the small kernels beside it), fitted
-so it does not bias the other two, and not carried into the serving model, which charges launches itself. The fit
-is a bounded least-squares on the log of predicted over measured time over both formats' calls (``t0, cta_s >=
-0``, ``fraction <= 1``), so short calls weigh as much as long ones. The report sets it beside a flat law (the bytes
-at one refitted fraction of the bandwidth, no per-CTA cost, ``t0`` refitted) and beside the fraction the serving
-model streamed the cache at before (the GPU's ``memory_efficiency``).
+depend on the cache's format, and one value keeps a narrower cache from being charged a slower kernel);
+``ramp_s``: seconds of the ramp, paid in full once the SMs stream ``ramp_bytes`` each, per format; ``t0``: seconds
+per call outside the kernel (the timed op's launch, its host side and the small kernels beside it), fitted so it
+does not bias the others, and not carried into the serving model, which charges launches itself. The fit is a
+bounded least-squares on the log of predicted over measured time over both formats' calls (``t0, cta_s, ramp_s >=
+0``, ``fraction <= 1``), so short calls weigh as much as long ones. The report sets it beside the law without its
+ramp (refitted), the one the serving model charged before.
 
 The absorbed MLA decode kernel (DeepSeek's multi-head latent attention: every query head over one shared latent
 cache of ``kv_lora + rope`` values per token) does ``heads`` times the math per cached byte of a grouped-query
@@ -89,40 +93,49 @@ def call_bytes(batch: int, heads: int, kv_heads: int, kv_len: int, kv_cache: str
 
 
 def predict_s(call: Sequence[float], kv_cache: str, hbm: float, sms: int, fraction: float, cta_s: float,
-              t0: float) -> float:
+              t0: float, ramp_s: float = 0.0, ramp_bytes: float = 0.0) -> float:
     """Seconds of one call ``(batch, heads, kv_heads, kv_len, ...)`` under the law (module docstring)."""
     batch, heads, kv_heads, kv_len = (int(x) for x in call[:4])
     return t0 + decode_attention_time_s(call_bytes(batch, heads, kv_heads, kv_len, kv_cache), batch * kv_heads, hbm,
-                                        sms, fraction, cta_s)
+                                        sms, fraction, cta_s, ramp_s, ramp_bytes)
 
 
-def fit(calls: Mapping[str, Sequence[Call]], hbm: float, sms: int, per_cta: bool = True) -> dict[str, dict[str, float]]:
+def fit(calls: Mapping[str, Sequence[Call]], hbm: float, sms: int, ramp: bool = True) -> dict[str, dict[str, float]]:
     """Per KV-cache format of ``calls`` (format -> its calls): ``fraction``, ``cta_s`` (one for every format: a
-    CTA's fixed work does not depend on the cache's format; 0 without ``per_cta``, the flat law), ``t0`` and the
-    median and 90th-percentile absolute error (fraction of the measured time) of the law on that format's calls.
-    The least-squares fit of ``log(predicted / measured)`` over every call (a 10 us call weighs as much as a 10 ms
-    one), each ``fraction`` at most 1."""
+    CTA's fixed work does not depend on the cache's format), ``ramp_s`` and ``ramp_bytes`` (0 without ``ramp``,
+    the law without its ramp), ``t0`` and the median and 90th-percentile absolute error (fraction of the measured
+    time) and median signed error of the law on that format's calls. The least-squares fit of ``log(predicted /
+    measured)`` over every call (a 10 us call weighs as much as a 10 ms one), each ``fraction`` at most 1."""
     kvs = list(calls)
-    cols = []  # per format: (calls' times, seconds at the full bandwidth, CTA waves)
+    cols = []  # per format: (calls' times, their bytes, CTA waves)
     for kv in kvs:
         cs = calls[kv]
-        cols.append((np.array([c[-1] for c in cs]), np.array([call_bytes(*c[:4], kv) for c in cs]) / hbm,
+        cols.append((np.array([c[-1] for c in cs]), np.array([call_bytes(*c[:4], kv) for c in cs]),
                      np.array([decode_attention_time_s(0.0, c[0] * c[2], hbm, sms, 1.0, 1.0) for c in cs])))
 
-    def residual(p: np.ndarray) -> np.ndarray:  # p: cta (us), then t0 (us) and fraction per format
-        cta = p[0] * 1e-6 if per_cta else 0.0
-        return np.concatenate([np.log((p[1 + 2 * i] * 1e-6 + cta * waves + stream / p[2 + 2 * i]) / times)
-                               for i, (times, stream, waves) in enumerate(cols)])
+    def laws(p: np.ndarray) -> list[tuple[float, float, float, float, float]]:  # per format: t0, fraction, cta, ramp
+        # (s) and ramp bytes per SM; p: cta (us), then per format t0 (us), fraction, ramp (us), ramp bytes (MB)
+        return [(p[1 + 4 * i] * 1e-6, p[2 + 4 * i], p[0] * 1e-6, p[3 + 4 * i] * 1e-6 if ramp else 0.0,
+                 p[4 + 4 * i] * 1e6 if ramp else 0.0) for i in range(len(kvs))]
+
+    def residual(p: np.ndarray) -> np.ndarray:
+        out = []
+        for (t0, fraction, cta, ramp_s, ramp_bytes), (times, nbytes, waves) in zip(laws(p), cols):
+            ramped = ramp_s * np.minimum(1.0, nbytes / (sms * ramp_bytes)) if ramp_bytes > 0 else 0.0
+            out.append(np.log((t0 + cta * waves + nbytes / (fraction * hbm) + ramped) / times))
+        return np.concatenate(out)
 
     n = len(kvs)
-    sol = least_squares(residual, [1.0 if per_cta else 0.0] + [5.0, 0.8] * n,
-                        bounds=([0.0] + [0.0, 0.05] * n, [1e3] + [1e3, 1.0] * n), xtol=1e-12, ftol=1e-12, gtol=1e-12).x
-    cta_s = float(sol[0]) * 1e-6 if per_cta else 0.0
+    sol = least_squares(residual, [1.0] + [5.0, 0.8, 10.0, 1.0] * n,
+                        bounds=([0.0] + [0.0, 0.05, 0.0, 1e-3] * n, [1e3] + [1e3, 1.0, 1e3, 1e3] * n),
+                        xtol=1e-12, ftol=1e-12, gtol=1e-12).x
     out = {}
-    for i, kv in enumerate(kvs):
-        t0, fraction = float(sol[1 + 2 * i]) * 1e-6, float(sol[2 + 2 * i])
-        med, p90, _ = _errors((predict_s(c, kv, hbm, sms, fraction, cta_s, t0) for c in calls[kv]), calls[kv])
-        out[kv] = {"fraction": fraction, "cta_s": cta_s, "t0_s": t0, "median_error": med, "p90_error": p90}
+    for kv, (t0, fraction, cta_s, ramp_s, ramp_bytes) in zip(kvs, laws(sol)):
+        med, p90, signed = _errors((predict_s(c, kv, hbm, sms, fraction, cta_s, t0, ramp_s, ramp_bytes)
+                                    for c in calls[kv]), calls[kv])
+        out[kv] = {"fraction": float(fraction), "cta_s": float(cta_s), "ramp_s": float(ramp_s),
+                   "ramp_bytes": float(ramp_bytes), "t0_s": float(t0), "median_error": med, "p90_error": p90,
+                   "signed_error": signed}
     return out
 
 
@@ -218,10 +231,10 @@ def fit_gpu_mla(name: str, data: Path = DATA) -> dict[str, dict[str, Any]]:
     law = fit_mla(calls, bf16, hbm, sms, {kv: gpu.peak_flops_per_s.get(kv, bf16) / bf16 for kv in calls})
     out: dict[str, dict[str, Any]] = {}
     for kv, res in law.items():
-        frac, cta_s = gpu.decode_attention_law(kv) or (gpu.memory_efficiency, 0.0)
+        gqa = gpu.decode_attention_law(kv) or (gpu.memory_efficiency, 0.0, 0.0, 0.0)
         before = _errors((res["t0_s"] + max(mla_call_flops(*c[:3]) / (bf16 * gpu.attention_efficiency),
                                             decode_attention_time_s(sum(mla_call_bytes(*c[:3], kv)), c[0], hbm, sms,
-                                                                    frac, cta_s)) for c in calls[kv]), calls[kv])
+                                                                    *gqa)) for c in calls[kv]), calls[kv])
         out[kv] = {**res, "calls": len(calls[kv]), "before_median_error": before[0], "before_p90_error": before[1],
                    "before_signed_error": before[2], "catalog": list(gpu.decode_mla.get(kv, ())) or None}
     return out
@@ -272,24 +285,31 @@ def calls_by_format(doc: dict[str, Any], keys: Sequence[str] = ("batch", "heads"
     return out
 
 
-def catalog_entry(r: dict[str, float]) -> tuple[float, float]:
-    """The catalog's ``decode_attention`` entry of a fit: the fraction to 3 decimals, ``cta_s`` to 0.01 us."""
-    return round(r["fraction"], 3), round(r["cta_s"] * 1e6, 2) / 1e6
+def catalog_entry(r: dict[str, float]) -> tuple[float, float, float, float]:
+    """The catalog's ``decode_attention`` entry of a fit: the fraction to 3 decimals, ``cta_s`` to 0.01 us, ``ramp_s``
+    to 0.1 us, ``ramp_bytes`` to 0.01 MB."""
+    return (round(r["fraction"], 3), round(r["cta_s"] * 1e6, 2) / 1e6, round(r["ramp_s"] * 1e6, 1) / 1e6,
+            round(r["ramp_bytes"] / 1e6, 2) * 1e6)
 
 
 def fit_gpu(name: str, data: Path = DATA) -> dict[str, dict[str, Any]]:
-    """Per KV-cache format: the fit (:func:`fit`), the flat law's errors and the catalog's entry, for one GPU."""
+    """Per KV-cache format: the fit (:func:`fit`), the errors of the law without its ramp (refitted) and the
+    catalog's entry, for one GPU."""
     gpu = get_gpu(name)
     calls = {kv: [c for c in every if c[3] >= MIN_KV_LEN]
              for kv, every in calls_by_format(load(data / f"decode_attention_{name}.json")).items()}
     law = fit(calls, gpu.hbm_bytes_per_s, gpu.sms)
-    flat = fit(calls, gpu.hbm_bytes_per_s, gpu.sms, per_cta=False)
+    bare = fit(calls, gpu.hbm_bytes_per_s, gpu.sms, ramp=False)
     out: dict[str, dict[str, Any]] = {}
     for kv, res in law.items():
-        out[kv] = {**res, "calls": len(calls[kv]), "flat_fraction": flat[kv]["fraction"],
-                   "flat_median_error": flat[kv]["median_error"], "flat_p90_error": flat[kv]["p90_error"],
-                   "catalog": list(gpu.decode_attention.get(kv, ())) or None, "before": gpu.memory_efficiency}
+        out[kv] = {**res, "calls": len(calls[kv]), **{f"bare_{k}": bare[kv][k] for k in
+                                                      ("fraction", "cta_s", "median_error", "p90_error", "signed_error")},
+                   "catalog": list(gpu.decode_attention.get(kv, ())) or None}
     return out
+
+
+def _entry_text(entry: Sequence[float]) -> str:
+    return f"[{entry[0]}, {entry[1] * 1e6:.2f} us, {entry[2] * 1e6:.1f} us, {entry[3] / 1e6:.2f} MB]"
 
 
 def report(fits: dict[str, dict[str, dict[str, Any]]]) -> str:
@@ -297,23 +317,26 @@ def report(fits: dict[str, dict[str, dict[str, Any]]]) -> str:
              "`python benchmarks/fit_decode_attention.py`. Calls: AIConfigurator's TensorRT-LLM 1.3.0rc20",
              "generation-attention table (`benchmarks/data/kernels/decode_attention_<gpu>.json`, head_dim 128, no",
              "window, bf16 attention over a bf16 or FP8 KV cache, 2-16 query heads per KV head, batch 1-2048; fitted on",
-             f"the calls over {MIN_KV_LEN}-131072 cached tokens, those a serving step reads). Law and fit: the script's docstring. `fraction` is of the GPU's peak HBM bandwidth;",
-             "`cta` is seconds per wave of CTAs (one per sequence and KV head) over the SMs; `t0` is per call,",
-             "outside the kernel, not used by the serving model. Errors: absolute, of the measured time. Flat: the",
-             "bytes at one fraction of the bandwidth, no per-CTA cost (as the serving model charged before;",
-             "fraction and t0 refitted). Before: the fraction of the bandwidth the serving model streamed the cache",
-             "at before the law (the GPU's `memory_efficiency`, a microbenchmark figure, times the fitted runtime",
-             "fractions, 1.0 each).", "",
-             "| GPU | KV cache | calls | fraction | cta (us) | t0 (us) | median error | p90 error | flat fraction | "
-             "flat median | flat p90 | before | catalog entry |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             f"the calls over {MIN_KV_LEN}-131072 cached tokens, those a serving step reads). Law and fit: the script's",
+             "docstring. `fraction` is of the GPU's peak HBM bandwidth; `cta` is seconds per wave of CTAs (one per",
+             "sequence and KV head) over the SMs; `ramp` is the stream's ramp, paid in full once the SMs stream",
+             "`ramp bytes` each, in proportion below that; `t0` is per call, outside the kernel, not used by the",
+             "serving model. Errors: of the measured time; signed: median of predicted / measured - 1. Without ramp:",
+             "the law the serving model charged before (the same law, no ramp, refitted): its long streams run at",
+             "one fraction that also has to cover short ones, so a long cache over many CTAs comes out slow and a",
+             "short one fast.", "",
+             "| GPU | KV cache | calls | fraction | cta (us) | ramp (us) | ramp bytes (MB per SM) | t0 (us) | "
+             "median error | p90 error | signed | without ramp: fraction | cta (us) | median | p90 | signed | "
+             "catalog entry |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for gpu, per in fits.items():
         for kv, r in per.items():
-            cat = "-" if not r["catalog"] else f"[{r['catalog'][0]}, {r['catalog'][1] * 1e6:.2f} us]"
+            cat = "-" if not r["catalog"] else _entry_text(r["catalog"])
             lines.append(f"| {gpu} | {kv} | {r['calls']} | {r['fraction']:.3f} | {r['cta_s'] * 1e6:.2f} | "
-                         f"{r['t0_s'] * 1e6:.1f} | {r['median_error']:.1%} | {r['p90_error']:.1%} | "
-                         f"{r['flat_fraction']:.3f} | {r['flat_median_error']:.1%} | {r['flat_p90_error']:.1%} | "
-                         f"{r['before']:.2f} | {cat} |")
+                         f"{r['ramp_s'] * 1e6:.1f} | {r['ramp_bytes'] / 1e6:.2f} | {r['t0_s'] * 1e6:.1f} | "
+                         f"{r['median_error']:.1%} | {r['p90_error']:.1%} | {r['signed_error']:+.1%} | "
+                         f"{r['bare_fraction']:.3f} | {r['bare_cta_s'] * 1e6:.2f} | {r['bare_median_error']:.1%} | "
+                         f"{r['bare_p90_error']:.1%} | {r['bare_signed_error']:+.1%} | {cat} |")
     return "\n".join(lines) + "\n"
 
 
@@ -327,9 +350,10 @@ def main(argv: Iterable[str] | None = None) -> int:
     text = report(fits) + mla_report(mla)
     args.out.write_text(text)
     print(text)
-    print("catalog entries (decode_attention: KV-cache format -> [fraction, cta_s]):")
+    print("catalog entries (decode_attention: KV-cache format -> [fraction, cta_s, ramp_s, ramp_bytes]):")
     for g, per in fits.items():
-        print(f"  {g}: " + ", ".join(f"{kv}: [{catalog_entry(r)[0]}, {catalog_entry(r)[1]:.3g}]" for kv, r in per.items()))
+        print(f"  {g}: " + ", ".join("{}: [{}, {:.3g}, {:.3g}, {:.3g}]".format(kv, *catalog_entry(r))
+                                     for kv, r in per.items()))
     print("catalog entries (decode_mla: KV-cache format -> [compute_fraction, fraction, io_fraction, cta_s]):")
     for g, per in mla.items():
         print(f"  {g}: " + ", ".join("{}: [{}, {}, {}, {:.3g}]".format(kv, *mla_catalog_entry(r)) for kv, r in per.items()))

@@ -85,11 +85,13 @@ class GPU:
     MLA's prompt kernel (every head over its own expanded key and value, DeepSeek-V3's
     192 + 128 head dims); an MLA model whose precision it does not list takes
     ``prefill_attention``'s entry.
-    ``decode_attention`` maps a KV-cache format to ``(fraction, cta_s)`` of the decode
-    attention kernel (one query token per sequence over its cached KV): it streams the
-    cache at ``fraction`` of ``hbm_bytes_per_s`` and pays ``cta_s`` seconds for each wave
-    of its CTAs (one per sequence and KV head) over the SMs, however short the cache; a
-    format it does not list takes the entry of the narrowest wider format that has one
+    ``decode_attention`` maps a KV-cache format to ``(fraction, cta_s, ramp_s,
+    ramp_bytes)`` of the decode attention kernel (one query token per sequence over its
+    cached KV): it streams the cache at ``fraction`` of ``hbm_bytes_per_s``, pays
+    ``cta_s`` seconds for each wave of its CTAs (one per sequence and KV head) over the
+    SMs, however short the cache, and ``ramp_s`` for its stream's ramp once the SMs
+    stream ``ramp_bytes`` each, in proportion below that (a file may give the first two
+    alone: no ramp; ``co_design.perf.ops.decode_attention_time_s``); a format it does not list takes the entry of the narrowest wider format that has one
     (:meth:`decode_attention_law`), else streams at ``memory_efficiency`` with no per-CTA
     cost (``benchmarks/fit_decode_attention.py`` fits the built-in entries).
     ``decode_mla`` does the same for the absorbed MLA decode kernel (every query head over
@@ -123,7 +125,7 @@ class GPU:
     attention_efficiency: float = 0.65  # achievable fraction of peak for fused attention math
     prefill_attention: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # precision -> kernel law
     prefill_mla: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # precision -> MLA prompt law
-    decode_attention: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # KV format -> kernel law
+    decode_attention: Mapping[str, tuple[float, float, float, float]] = field(default_factory=dict)  # KV -> law
     decode_mla: Mapping[str, tuple[float, float, float, float]] = field(default_factory=dict)  # KV format -> MLA law
     memory_efficiency: float = 0.85  # achievable fraction of HBM bandwidth
     kernel_overhead_s: float = 3e-6  # fixed cost per kernel (launch gap, prologue, tail)
@@ -145,13 +147,16 @@ class GPU:
             raise ValueError(f"GPU {self.name!r}: gemm_efficiency_by_precision must map precision -> number, got "
                              f"{self.gemm_efficiency_by_precision!r}") from None
         object.__setattr__(self, "gemm_efficiency_by_precision", MappingProxyType(by_precision))
-        for key, terms, n in (("prefill_attention", "precision -> [fraction, overhead]", 2),
-                              ("prefill_mla", "precision -> [fraction, overhead]", 2),
-                              ("decode_attention", "KV-cache format -> [fraction, cta_s]", 2),
-                              ("decode_mla", "KV-cache format -> [compute_fraction, fraction, io_fraction, cta_s]", 4)):
+        for key, terms, sizes in (("prefill_attention", "precision -> [fraction, overhead]", (2,)),
+                                  ("prefill_mla", "precision -> [fraction, overhead]", (2,)),
+                                  ("decode_attention", "KV-cache format -> [fraction, cta_s] or [fraction, cta_s, "
+                                   "ramp_s, ramp_bytes]", (2, 4)),
+                                  ("decode_mla", "KV-cache format -> [compute_fraction, fraction, io_fraction, cta_s]",
+                                   (4,))):
             given = getattr(self, key)
-            try:
-                law = {p: tuple(float(x) for x in v) for p, v in dict(given).items() if len(v) == n}
+            try:  # a shorter form pads with zeros (a decode law without a ramp)
+                law = {p: tuple(float(x) for x in v) + (0.0,) * (sizes[-1] - len(v))
+                       for p, v in dict(given).items() if len(v) in sizes}
                 if len(law) != len(given):
                     raise ValueError
             except (TypeError, ValueError, IndexError):
@@ -195,13 +200,17 @@ class GPU:
                 if not 0 < frac <= 1 or not overhead >= 0:
                     raise ValueError(f"GPU {self.name!r}: {key}.{prec} needs a fraction in (0, 1] and an "
                                      f"overhead >= 0 (KV tiles per query tile), got [{frac}, {overhead}]")
-        for prec, (frac, cta_s) in self.decode_attention.items():
+        for prec, (frac, cta_s, ramp_s, ramp_bytes) in self.decode_attention.items():
             if prec not in PRECISIONS:
                 raise ValueError(f"GPU {self.name!r}: decode_attention.{prec} is not a KV-cache format; use one of "
                                  f"{PRECISIONS}")
             if not 0 < frac <= 1 or not cta_s >= 0:
                 raise ValueError(f"GPU {self.name!r}: decode_attention.{prec} needs a fraction of the HBM bandwidth "
                                  f"in (0, 1] and seconds per wave of CTAs >= 0, got [{frac}, {cta_s}]")
+            if not ramp_s >= 0 or not ramp_bytes >= 0 or (ramp_s > 0) != (ramp_bytes > 0):
+                raise ValueError(f"GPU {self.name!r}: decode_attention.{prec} needs its ramp as seconds >= 0 and the "
+                                 f"bytes per SM that pay it in full, both > 0 or both 0 (no ramp), got "
+                                 f"[{ramp_s}, {ramp_bytes}]")
         for prec, (compute, frac, io_frac, cta_s) in self.decode_mla.items():
             if prec not in PRECISIONS:
                 raise ValueError(f"GPU {self.name!r}: decode_mla.{prec} is not a KV-cache format; use one of "
@@ -282,8 +291,8 @@ class GPU:
         entry, else ``gemm_efficiency``."""
         return self.gemm_efficiency_by_precision.get(precision, self.gemm_efficiency)
 
-    def decode_attention_law(self, kv_cache: str) -> tuple[float, float] | None:
-        """``(fraction, cta_s)`` of the decode attention kernel over a ``kv_cache``-format cache: its
+    def decode_attention_law(self, kv_cache: str) -> tuple[float, float, float, float] | None:
+        """``(fraction, cta_s, ramp_s, ramp_bytes)`` of the decode attention kernel over a ``kv_cache``-format cache: its
         ``decode_attention`` entry, else that of the narrowest wider format with one (a format without published
         timings, NVFP4, runs the same kernel family over fewer bytes, so it is never charged a slower kernel than a
         wider format), else None (the flat stream at ``memory_efficiency``)."""

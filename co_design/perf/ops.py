@@ -42,7 +42,8 @@ after parallelism; see :class:`Shards`):
   the shared latent (read once per sequence, MQA-like), no ``kv_b_proj`` over the cache.
   At the GPU's ``decode_attention`` law for the KV-cache format
   (:func:`decode_attention_time_s`: the bytes at the law's fraction of the HBM
-  bandwidth, plus its cost per wave of CTAs, one per sequence and KV head); MLA at
+  bandwidth, plus its cost per wave of CTAs, one per sequence and KV head, and its
+  stream's ramp, in full once each SM streams enough bytes); MLA at
   the GPU's ``decode_mla`` law (:func:`decode_mla_time_s`: the longer of its FLOPs at
   the law's fraction of the bf16 peak and its bytes, the latent cache at one fraction
   of the HBM bandwidth and the per-head queries and outputs at another, plus its cost
@@ -354,14 +355,18 @@ def prefill_attention_tile_efficiency(prompt_len: float, window: int | None, ove
 
 
 def decode_attention_time_s(nbytes: float, ctas: float, hbm_bytes_per_s: float, sms: int, fraction: float,
-                            cta_s: float) -> float:
+                            cta_s: float, ramp_s: float = 0.0, ramp_bytes: float = 0.0) -> float:
     """Seconds of a decode attention kernel's work under the GPU's ``decode_attention`` law: ``nbytes`` (the KV
     cache read, q in, o out) streamed at ``fraction`` of ``hbm_bytes_per_s``, plus ``cta_s`` for each wave of its
     ``ctas`` CTAs (one per sequence and KV head: loading the query, the softmax's final rescale and writing the
-    output, paid however short the cache) over the ``sms`` SMs: ``ceil(ctas / sms)`` waves, at least one. No
-    launch: the serving model charges kernels' launches itself."""
+    output, paid however short the cache) over the ``sms`` SMs: ``ceil(ctas / sms)`` waves, at least one, plus
+    the stream's ramp: ``ramp_s`` once the SMs stream ``ramp_bytes`` each or more, in proportion below that (the fill
+    and drain of every SM's load pipeline and the reduction of a cache split over several CTAs, which a short
+    stream pays on its few bytes, so it runs well below ``fraction`` while a long one approaches it). No launch:
+    the serving model charges kernels' launches itself."""
     waves = max(1, math.ceil(ctas / sms - 1e-9)) if ctas > 0 else 0
-    return nbytes / (hbm_bytes_per_s * fraction) + waves * cta_s
+    ramp = ramp_s * min(1.0, nbytes / (sms * ramp_bytes)) if ramp_bytes > 0 else 0.0
+    return nbytes / (hbm_bytes_per_s * fraction) + waves * cta_s + ramp
 
 
 def decode_mla_time_s(flops: float, cache_bytes: float, io_bytes: float, ctas: float, bf16_flops_per_s: float,

@@ -73,7 +73,8 @@ class Runtime:
     * ``decode_attention_efficiency``: the same for the decode attention kernel
       (one query token per sequence over its paged KV cache), on top of the GPU's
       ``decode_attention`` law (the kernel's streaming fraction of the HBM
-      bandwidth and its cost per wave of CTAs, one per sequence and KV head, fitted
+      bandwidth, its cost per wave of CTAs, one per sequence and KV head, and its
+      stream's ramp, fitted
       on NVIDIA's published isolated-kernel timings; a KV-cache format without
       one takes the narrowest wider format's, ``GPU.decode_attention_law``; a GPU
       without any: ``memory_efficiency`` of the bandwidth, no per-CTA cost). It

@@ -192,22 +192,28 @@ def test_prefill_mla_law_from_a_file_and_its_checks(tmp_path, monkeypatch):
 def test_decode_attention_law_from_a_file_and_its_checks(tmp_path, monkeypatch):
     """Every built-in GPU carries a bf16 and an fp8 KV-cache decode attention law with sources; a file may replace
     one format's entry or drop it (that format streams at memory_efficiency, no per-CTA cost); bad entries name the
-    field."""
+    field; an entry of two numbers is a law without a ramp."""
     for name in ("h100", "h200", "b200", "b300", "gb200", "gb300"):
         g = get_gpu(name)
         assert set(g.decode_attention) == {"bf16", "fp8"}, name
-        assert all(0 < f <= 1 and 0 < c < 1e-5 for f, c in g.decode_attention.values()), name
+        assert all(0 < f <= 1 and 0 < c < 1e-5 and 0 < r < 1e-4 and 1e4 < b < 1e8
+                   for f, c, r, b in g.decode_attention.values()), name
         assert "fit_decode_attention.py" in g.sources["decode_attention.bf16"], name
     (tmp_path / "mine.yaml").write_text("name: mine\nbase: h100\ndecode_attention:\n"
-                                        "  fp8: {value: [0.8, 2.0e-6], source: 'measured'}\n  bf16: null\n")
+                                        "  fp8: {value: [0.8, 2.0e-6], source: 'measured'}\n  bf16: null\n"
+                                        "  nvfp4: [0.9, 1.0e-6, 5.0e-6, 1.0e6]\n")
     monkeypatch.setenv(HARDWARE_PATH_ENV, str(tmp_path))
     g = get_gpu("mine")
-    assert dict(g.decode_attention) == {"fp8": (0.8, 2e-6)} and g.sources["decode_attention.fp8"] == "measured"
+    assert dict(g.decode_attention) == {"fp8": (0.8, 2e-6, 0.0, 0.0), "nvfp4": (0.9, 1e-6, 5e-6, 1e6)}
+    assert g.sources["decode_attention.fp8"] == "measured"
     assert dict(g.prefill_attention) == dict(get_gpu("h100").prefill_attention)  # untouched
     for text, match in (("decode_attention: {fp8: [1.5, 1.0e-6]}\n", r"fraction of the HBM bandwidth in \(0, 1\]"),
                         ("decode_attention: {fp8: [0.8, -1.0e-6]}\n", "seconds per wave of CTAs >= 0"),
                         ("decode_attention: {fp6: [0.8, 1.0e-6]}\n", "decode_attention.fp6 is not a KV-cache format"),
-                        ("decode_attention: {fp8: 0.8}\n", r"must map KV-cache format -> \[fraction, cta_s\]"),
+                        ("decode_attention: {fp8: 0.8}\n", r"must map KV-cache format -> \[fraction, cta_s\] or "),
+                        ("decode_attention: {fp8: [0.8, 1.0e-6, 5.0e-6]}\n", r"\[fraction, cta_s, ramp_s, ramp_bytes\]"),
+                        ("decode_attention: {fp8: [0.8, 1.0e-6, 5.0e-6, 0]}\n", "both > 0 or both 0"),
+                        ("decode_attention: {fp8: [0.8, 1.0e-6, -5.0e-6, 1.0e6]}\n", "ramp as seconds >= 0"),
                         ("decode_attention: 0.8\n", "decode_attention must map precision")):
         f = tmp_path / "h100.yaml"
         f.write_text("name: h100\n" + text)

@@ -260,9 +260,10 @@ def test_mla_decode_follows_the_gpus_published_mla_kernel_law(heads, bound):
 
 def test_decode_attention_follows_the_gpus_published_kernel_law():
     """The decode attention kernel streams its bytes at the GPU's ``decode_attention`` fraction of the peak HBM
-    bandwidth for the KV-cache format and pays ``cta_s`` per wave of CTAs, one per sequence and KV head (MLA: one
-    per sequence); a format without an entry streams at ``memory_efficiency`` with no per-CTA cost. Memory-bound
-    decode, so time = the law (+ one launch per layer)."""
+    bandwidth for the KV-cache format, pays ``cta_s`` per wave of CTAs, one per sequence and KV head (MLA: one
+    per sequence), and its stream's ramp, in full once the SMs stream ``ramp_bytes`` each, in proportion below;
+    a format without an entry streams at ``memory_efficiency`` with no per-CTA cost. Memory-bound decode, so
+    time = the law (+ one launch per layer)."""
     from co_design.arch import MLA
     from co_design.perf.ops import decode_attention_time_s
 
@@ -278,14 +279,18 @@ def test_decode_attention_follows_the_gpus_published_kernel_law():
 
     gqa = Architecture(hidden=4096, layers=1, heads=32, kv_heads=8, ffn=14336, vocab=32000)
     for kv in ("bf16", "fp8"):
-        frac, cta_s = gpu.decode_attention[kv]
-        for batch, context in ((64, 4096), (2048, 16), (1, 100_000)):
+        frac, cta_s, ramp_s, ramp_bytes = gpu.decode_attention[kv]
+        assert ramp_s > 0 and ramp_bytes > 0
+        for batch, context in ((64, 4096), (2048, 16), (1, 100_000), (1, 512)):
             a = op(gqa, gpu, kv, batch, context)
             waves = math.ceil(batch * 8 / gpu.sms)
-            assert a.time_s == pytest.approx(launch + a.bytes / (gpu.hbm_bytes_per_s * frac) + waves * cta_s,
+            ramp = ramp_s * min(1.0, a.bytes / (gpu.sms * ramp_bytes))
+            assert a.time_s == pytest.approx(launch + a.bytes / (gpu.hbm_bytes_per_s * frac) + waves * cta_s + ramp,
                                              rel=1e-12), (kv, batch)
             assert a.time_s == pytest.approx(launch + decode_attention_time_s(
-                a.bytes, batch * 8, gpu.hbm_bytes_per_s, gpu.sms, frac, cta_s), rel=1e-12)
+                a.bytes, batch * 8, gpu.hbm_bytes_per_s, gpu.sms, frac, cta_s, ramp_s, ramp_bytes), rel=1e-12)
+        # a long stream pays the whole ramp, a short one a share of it
+        assert op(gqa, gpu, kv, 64, 4096).bytes > gpu.sms * ramp_bytes > op(gqa, gpu, kv, 1, 512).bytes
     # many sequences over short caches: the CTAs' fixed cost, not the bytes, sets the time
     short = op(gqa, gpu, "bf16", 2048, 16)
     assert short.time_s > 1.5 * (launch + short.bytes / (gpu.hbm_bytes_per_s * gpu.decode_attention["bf16"][0]))
@@ -294,16 +299,19 @@ def test_decode_attention_follows_the_gpus_published_kernel_law():
                        mla=MLA(q_lora_rank=0, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
                                v_head_dim=128))
     m = op(mla, gpu.replace(decode_mla={}), "fp8", 300, 2048)
-    frac, cta_s = gpu.decode_attention["fp8"]
-    assert m.time_s == pytest.approx(launch + m.bytes / (gpu.hbm_bytes_per_s * frac) + 3 * cta_s, rel=1e-12)
+    frac, cta_s, ramp_s, ramp_bytes = gpu.decode_attention["fp8"]
+    assert m.time_s == pytest.approx(launch + m.bytes / (gpu.hbm_bytes_per_s * frac) + 3 * cta_s
+                                     + ramp_s * min(1.0, m.bytes / (gpu.sms * ramp_bytes)), rel=1e-12)
     # no entry for the format: the narrowest wider format's law (NVFP4 KV on B200: FP8's), else the flat stream at
     # memory_efficiency, no per-CTA cost
     b200 = get_gpu("b200")
     assert b200.decode_attention_law("nvfp4") == b200.decode_attention["fp8"]
-    assert gpu.replace(decode_attention={"bf16": (0.5, 1e-6)}).decode_attention_law("fp8") == (0.5, 1e-6)
+    # a law given without its ramp has none
+    assert gpu.replace(decode_attention={"bf16": (0.5, 1e-6)}).decode_attention_law("fp8") == (0.5, 1e-6, 0.0, 0.0)
     a = op(gqa, b200, "nvfp4", 64, 4096)
-    frac, cta_s = b200.decode_attention["fp8"]
-    assert a.time_s == pytest.approx(launch + a.bytes / (b200.hbm_bytes_per_s * frac) + 4 * cta_s, rel=1e-12)
+    frac, cta_s, ramp_s, ramp_bytes = b200.decode_attention["fp8"]
+    assert a.time_s == pytest.approx(launch + a.bytes / (b200.hbm_bytes_per_s * frac) + 4 * cta_s
+                                     + ramp_s * min(1.0, a.bytes / (b200.sms * ramp_bytes)), rel=1e-12)
     flat = gpu.replace(decode_attention={})
     assert flat.decode_attention_law("fp8") is None
     a = op(gqa, flat, "fp8", 64, 4096)
