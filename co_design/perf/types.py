@@ -159,11 +159,11 @@ class Runtime:
     kv_cache_memory_fraction: float = 0.9
     reserve_bytes: float = 3.0 * 2**30
     compute_efficiency: float = 1.0
-    nvfp4_compute_efficiency: float = 0.6
+    nvfp4_compute_efficiency: float = 0.7
     bandwidth_efficiency: float = 1.0
     grouped_gemm_efficiency: float = 0.3
     grouped_gemm_bandwidth_efficiency: float = 0.69
-    attention_efficiency: float = 0.5
+    attention_efficiency: float = 0.4
     decode_attention_efficiency: float = 1.0
     expert_tile_overhead_s: float = 1e-6
     idle_expert_tile_s: float = 0.0
@@ -171,7 +171,7 @@ class Runtime:
     kernel_gap_s: float = 2e-6
     collective_overhead_s: float = 15e-6
     iteration_overhead_s: float = 1e-3
-    request_overhead_s: float = 10e-6
+    request_overhead_s: float = 15e-6
     eager_launch_s: float = 100e-6
     first_token_overhead_s: float = 30e-3
     moe_expert_load_cv: float = 1.28
