@@ -302,8 +302,8 @@ def fit_gpu(name: str, data: Path = DATA) -> dict[str, dict[str, Any]]:
     bare = fit(calls, gpu.hbm_bytes_per_s, gpu.sms, ramp=False)
     out: dict[str, dict[str, Any]] = {}
     for kv, res in law.items():
-        out[kv] = {**res, "calls": len(calls[kv]), **{f"bare_{k}": bare[kv][k] for k in
-                                                      ("fraction", "cta_s", "median_error", "p90_error", "signed_error")},
+        kept = ("fraction", "cta_s", "median_error", "p90_error", "signed_error")
+        out[kv] = {**res, "calls": len(calls[kv]), **{f"bare_{k}": bare[kv][k] for k in kept},
                    "catalog": list(gpu.decode_attention.get(kv, ())) or None}
     return out
 

@@ -91,7 +91,8 @@ class GPU:
     ``cta_s`` seconds for each wave of its CTAs (one per sequence and KV head) over the
     SMs, however short the cache, and ``ramp_s`` for its stream's ramp once the SMs
     stream ``ramp_bytes`` each, in proportion below that (a file may give the first two
-    alone: no ramp; ``co_design.perf.ops.decode_attention_time_s``); a format it does not list takes the entry of the narrowest wider format that has one
+    alone: no ramp; ``co_design.perf.ops.decode_attention_time_s``); a format it does not
+    list takes the entry of the narrowest wider format that has one
     (:meth:`decode_attention_law`), else streams at ``memory_efficiency`` with no per-CTA
     cost (``benchmarks/fit_decode_attention.py`` fits the built-in entries).
     ``decode_mla`` does the same for the absorbed MLA decode kernel (every query head over
@@ -292,8 +293,8 @@ class GPU:
         return self.gemm_efficiency_by_precision.get(precision, self.gemm_efficiency)
 
     def decode_attention_law(self, kv_cache: str) -> tuple[float, float, float, float] | None:
-        """``(fraction, cta_s, ramp_s, ramp_bytes)`` of the decode attention kernel over a ``kv_cache``-format cache: its
-        ``decode_attention`` entry, else that of the narrowest wider format with one (a format without published
+        """``(fraction, cta_s, ramp_s, ramp_bytes)`` of the decode attention kernel over a ``kv_cache``-format cache:
+        its ``decode_attention`` entry, else that of the narrowest wider format with one (a format without published
         timings, NVFP4, runs the same kernel family over fewer bytes, so it is never charged a slower kernel than a
         wider format), else None (the flat stream at ``memory_efficiency``)."""
         return _law_for(self.decode_attention, kv_cache)

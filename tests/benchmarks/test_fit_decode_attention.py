@@ -27,10 +27,12 @@ def _calls(fraction, cta_s, t0, ramp_s=0.0, ramp_bytes=0.0, kv="fp8", noise=0.0,
 
 
 @pytest.mark.parametrize("fraction, cta_s, t0, ramp_s, ramp_bytes",
-                         [(0.8, 4e-6, 6e-6, 12e-6, 0.8e6), (0.95, 1.2e-6, 10e-6, 4e-6, 2e6), (0.6, 0.5e-6, 1e-6, 20e-6, 0.2e6)])
+                         [(0.8, 4e-6, 6e-6, 12e-6, 0.8e6), (0.95, 1.2e-6, 10e-6, 4e-6, 2e6),
+                          (0.6, 0.5e-6, 1e-6, 20e-6, 0.2e6)])
 def test_the_fit_recovers_the_law_it_is_given(fraction, cta_s, t0, ramp_s, ramp_bytes):
     # two formats, each with its own fraction, t0 and ramp, one CTA cost
-    law = {"fp8": (fraction, t0, ramp_s, ramp_bytes), "bf16": (fraction * 0.9, t0 + 2e-6, ramp_s * 1.5, ramp_bytes * 1.2)}
+    law = {"fp8": (fraction, t0, ramp_s, ramp_bytes),
+           "bf16": (fraction * 0.9, t0 + 2e-6, ramp_s * 1.5, ramp_bytes * 1.2)}
 
     def calls(noise=0.0, seed=0):
         return {kv: _calls(f, cta_s, t, r, b, kv=kv, noise=noise, seed=seed) for kv, (f, t, r, b) in law.items()}

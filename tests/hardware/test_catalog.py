@@ -211,7 +211,8 @@ def test_decode_attention_law_from_a_file_and_its_checks(tmp_path, monkeypatch):
                         ("decode_attention: {fp8: [0.8, -1.0e-6]}\n", "seconds per wave of CTAs >= 0"),
                         ("decode_attention: {fp6: [0.8, 1.0e-6]}\n", "decode_attention.fp6 is not a KV-cache format"),
                         ("decode_attention: {fp8: 0.8}\n", r"must map KV-cache format -> \[fraction, cta_s\] or "),
-                        ("decode_attention: {fp8: [0.8, 1.0e-6, 5.0e-6]}\n", r"\[fraction, cta_s, ramp_s, ramp_bytes\]"),
+                        ("decode_attention: {fp8: [0.8, 1.0e-6, 5.0e-6]}\n",
+                         r"\[fraction, cta_s, ramp_s, ramp_bytes\]"),
                         ("decode_attention: {fp8: [0.8, 1.0e-6, 5.0e-6, 0]}\n", "both > 0 or both 0"),
                         ("decode_attention: {fp8: [0.8, 1.0e-6, -5.0e-6, 1.0e6]}\n", "ramp as seconds >= 0"),
                         ("decode_attention: 0.8\n", "decode_attention must map precision")):
