@@ -1066,22 +1066,6 @@ def runtime_kernels_report(low: list[dict[str, Any]], test: list[dict[str, Any]]
                                     "ratio_error_blind": mb, "ratio_error_aware": ma}
         L += ["", f"Ordered as measured: runtime-blind {ob} of {len(pb)}, with the runtime's kernels {oa} of {len(pa)}; "
               f"median |predicted ratio / measured ratio - 1| {100 * mb:.0f} % -> {100 * ma:.0f} %."]
-    # what the runtime adds to each collective step beyond the GPU's own figure for it (the published TensorRT-LLM
-    # all-reduce kernel inside an NVLink domain): the fit's value against less, at concurrency 1
-    c1 = {name: c1_tpot_rows([r for n, r in sets if n == name]) for name in ("dev", "test")}
-    L += ["", "## The runtime's surplus per collective step", "",
-          "`Runtime.collective_overhead_s` is fitted (shipped: "
-          f"{base.collective_overhead_s * 1e6:g} us) on top of each GPU's own step (`all_reduce_latency_s`, "
-          "TensorRT-LLM's custom all-reduce timed back to back in a CUDA graph: 3.0-5.0 us). TPOT at concurrency 1 "
-          "within 15 % with other surpluses, the rest of the shipped runtime kept (runtime-blind):", "",
-          "| surplus per step | " + " | ".join(f"{n} ({len(c1[n])} rows)" for n in c1) + " |", "|---:|---:|---:|"]
-    summary["surplus"] = {}
-    for oh in sorted({0.0, 5e-6, 10e-6, 15e-6, base.collective_overhead_s}):
-        rt = Runtime(**(base.to_dict() | {"collective_overhead_s": oh}))
-        hits = {n: sum(abs(err(predict_row(r, rt)) or 9) <= TPOT_TARGET for r in rows_) for n, rows_ in c1.items()}
-        summary["surplus"][f"{oh * 1e6:g}us"] = hits
-        L.append(f"| {oh * 1e6:g} us{' (shipped)' if oh == base.collective_overhead_s else ''} | "
-                 + " | ".join(str(hits[n]) for n in c1) + " |")
     out.mkdir(parents=True, exist_ok=True)
     (out / "runtime_kernels.md").write_text("\n".join(L) + "\n")
     (out / "runtime_kernels.json").write_text(json.dumps(summary, indent=1) + "\n")
