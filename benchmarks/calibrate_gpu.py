@@ -51,10 +51,8 @@ kernel_overhead_s``; attention ``roofline(FLOPs / (peak bf16 * attention_efficie
 bytes / (hbm_bytes_per_s * memory_efficiency), kernel_overhead_s)`` with the FLOPs and
 FlashAttention IO of ``co_design.perf.ops`` (prefill ``2 * heads * (d_qk + d_v) * pairs``,
 pairs = L(L+1)/2 per sequence; Q, K, V and O moved once); all-reduce
-``co_design.perf.comm.collective_time_s("all_reduce", bytes, gpus, gpu, algorithm="two_shot")`` with NCCL's
-step, ``collective_latency_s`` (NCCL at MiB sizes pays more than one synchronization; the model's two-shot form
-has two); a runtime's own all-reduce (``"algorithm": "auto"``) as the serving model charges it, one-shot or
-two-shot with ``all_reduce_latency_s`` per step.
+``co_design.perf.comm.collective_time_s("all_reduce", bytes, gpus, gpu, algorithm="two_shot")`` (NCCL
+at MiB sizes pays more than one synchronization; the model's two-shot form has two).
 
 How each field is fitted (pure Python, :func:`fit`; the first four alternate for three
 rounds since each uses the others, from the catalog values):
@@ -82,12 +80,6 @@ rounds since each uses the others, from the catalog values):
   all-reduce predicted with the model's one-shot / two-shot choice, are reported, not fitted):
   weighted least squares (weights 1/measured^2, i.e. relative errors) of
   ``measured = 2 latency + 2 (n-1)/n * bytes / link_peak / efficiency`` (two-shot: two steps).
-* ``all_reduce_latency_s`` (only when a runtime's own all-reduce was measured, cases with
-  ``"algorithm": "auto"``, e.g. TensorRT-LLM's custom all-reduce in the published files): the
-  median over its latency-bound cases (messages up to 64 KiB) of ``measured - (n-1) * bytes /
-  link bandwidth`` (one-shot: one step, at the collective efficiency fitted above or the
-  catalog's). It is what the serving model charges per step of an all-reduce inside one NVLink
-  domain; NCCL's step (``collective_latency_s``) stays for the other collectives.
 
 ``gemm_tiles`` (``[rows, cols, sms_per_tile]`` or ``[rows, cols, sms_per_tile, rate]``)
 is not fitted: per-tile rates cannot be separated robustly from the global efficiency
@@ -138,12 +130,11 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "calibration"
 FORMAT = "co-design calibrate_gpu v1"
 FITTED_FIELDS = ("gemm_efficiency", "memory_efficiency", "attention_efficiency", "kernel_overhead_s",
-                 "collective_efficiency", "collective_latency_s", "all_reduce_latency_s")
+                 "collective_efficiency", "collective_latency_s")
 GEMM_PRECISIONS = ("bf16", "fp8", "nvfp4")  # in the order they are measured
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 PROBE_S = 1e-6  # cases predicted to do <= 1 us of work (overhead aside) measure the overhead
 LARGE_S = 10e-6  # "large" cases: >= 10 us of predicted work (and >= 10 x the overhead)
-SMALL_MESSAGE = 64 * KiB  # a runtime all-reduce of at most this many bytes is latency-bound (all_reduce_latency_s)
 ROUNDS = 3  # rounds of the alternating fit (memory -> overhead -> gemm -> attention)
 SIG_DIGITS = 4  # significant digits of the written values
 
@@ -335,10 +326,7 @@ def predict_s(gpu: GPU, m: Measurement) -> float:
         compute_s = flops / (gpu.peak_flops_per_s["bf16"] * gpu.attention_efficiency)
         return roofline(compute_s, nbytes / bw, gpu.kernel_overhead_s)[0]
     if m.kind == "all_reduce":
-        algorithm = p.get("algorithm", "two_shot")
-        if algorithm == "two_shot":  # NCCL's all-reduce: NCCL's step, not the runtime kernel's all_reduce_latency_s
-            gpu = gpu.replace(all_reduce_latency_s=None)
-        return collective_time_s("all_reduce", p["bytes"], p["gpus"], gpu, algorithm=algorithm)
+        return collective_time_s("all_reduce", p["bytes"], p["gpus"], gpu, algorithm=p.get("algorithm", "two_shot"))
     raise ValueError(f"unknown measurement kind {m.kind!r}; use gemm, hbm, attention or all_reduce")
 
 
@@ -525,16 +513,6 @@ def _fit_collective(gpu: GPU, ms: Sequence[Measurement]) -> dict[str, tuple[floa
     return {"collective_efficiency": (min(1.0, 1.0 / slope), len(rows)), "collective_latency_s": (lat, len(rows))}
 
 
-def _fit_all_reduce_kernel(gpu: GPU, ms: Sequence[Measurement]) -> tuple[float, int] | None:
-    """all_reduce_latency_s: the median over a runtime's own all-reduce cases (``"algorithm": "auto"``) of at most
-    :data:`SMALL_MESSAGE` bytes of the measured time less the one-shot bandwidth term, ``(n-1) * bytes`` over the
-    link at ``gpu``'s collective efficiency (clamped at 0)."""
-    est = [max(0.0, m.seconds - (m.params["gpus"] - 1) * m.params["bytes"] / link_bytes_per_s(gpu, m.params["gpus"]))
-           for m in ms if m.kind == "all_reduce" and m.params.get("algorithm") == "auto"
-           and 0 < m.params.get("bytes", 0) <= SMALL_MESSAGE and m.params.get("gpus", 1) > 1]
-    return (statistics.median(est), len(est)) if est else None
-
-
 def fit(gpu: GPU, measurements: Iterable[Measurement], *, rounds: int = ROUNDS) -> FitResult:
     """Fit the model's GPU fields to ``measurements`` (unmeasured ones are ignored), starting from ``gpu``.
 
@@ -555,10 +533,6 @@ def fit(gpu: GPU, measurements: Iterable[Measurement], *, rounds: int = ROUNDS) 
                 cur = cur.replace(**{name: raw[name]})
     for name, (value, n) in _fit_collective(cur, ms).items():
         raw[name], cases[name] = value, n
-        cur = cur.replace(**{name: value})
-    got = _fit_all_reduce_kernel(cur, ms)
-    if got is not None:
-        raw["all_reduce_latency_s"], cases["all_reduce_latency_s"] = got
     values = {k: _round_sig(raw[k]) for k in FITTED_FIELDS if k in raw}
     by_prec: dict[str, float] = {}
     by_prec_cases: dict[str, int] = {}
@@ -712,11 +686,10 @@ def format_report(before: GPU, after: GPU, result: FitResult, measurements: Sequ
              "(fit rules in its docstring). Catalog GEMM tiles: " + format_tiles(before.gemm_tiles) + ".", "",
              "## Fitted fields", "", "| field | catalog | fitted | cases |", "|---|---:|---:|---:|"]
     for k in FITTED_FIELDS:
-        cat = "-" if getattr(before, k) is None else f"{getattr(before, k):.4g}"  # None: not in the catalog
         if k in result.values:
-            lines.append(f"| {k} | {cat} | {result.values[k]:.4g} | {result.cases[k]} |")
+            lines.append(f"| {k} | {getattr(before, k):.4g} | {result.values[k]:.4g} | {result.cases[k]} |")
         else:
-            lines.append(f"| {k} | {cat} | (not measured) | 0 |")
+            lines.append(f"| {k} | {getattr(before, k):.4g} | (not measured) | 0 |")
     for prec, v in result.gemm_by_precision.items():
         lines.append(f"| gemm_efficiency_by_precision.{prec} | {before.gemm_efficiency_at(prec):.4g} | {v:.4g} "
                      f"| {result.gemm_cases_by_precision[prec]} |")

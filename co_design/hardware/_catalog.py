@@ -105,13 +105,6 @@ class GPU:
     plus ``cta_s`` per wave of CTAs (one per sequence); a format it does not list takes
     the narrowest wider format's (:meth:`decode_mla_law`), else an MLA model decodes
     under ``decode_attention``.
-    ``collective_latency_s`` is the seconds per synchronization step of a collective
-    (NCCL-class: all-gather, reduce-scatter, all-to-all, a send, an all-reduce across
-    NVLink domains); ``all_reduce_latency_s`` that of the serving runtime's own all-reduce
-    kernel inside one NVLink domain (TensorRT-LLM's custom one-shot / two-shot all-reduce
-    over peer-mapped buffers, which a runtime runs instead of NCCL for a tensor-parallel
-    layer's small messages; ``benchmarks/calibrate_gpu.py`` fits it on the published
-    timings), ``None`` for the same as ``collective_latency_s``.
     ``sources`` maps each field name (``peak_flops_per_s.bf16`` for nested ones)
     to where its number comes from.
     """
@@ -138,8 +131,6 @@ class GPU:
     memory_efficiency: float = 0.85  # achievable fraction of HBM bandwidth
     kernel_overhead_s: float = 3e-6  # fixed cost per kernel (launch gap, prologue, tail)
     collective_latency_s: float = 10e-6  # seconds per synchronization step of a collective / point-to-point
-    all_reduce_latency_s: float | None = None  # seconds per step of the runtime's own NVLink all-reduce kernel;
-    # None: collective_latency_s
     collective_efficiency: float = 0.8  # achieved bus bandwidth of collectives over the link's per-direction peak
     gemm_tiles: tuple[tuple[int, int, int, float], ...] = ((128, 128, 1, 1.0), (128, 256, 1, 1.0))
     stream_k: bool = True
@@ -235,15 +226,6 @@ class GPU:
         for key in ("kernel_overhead_s", "collective_latency_s", "l2_bytes", "tdp_w"):
             if not float(getattr(self, key)) >= 0:
                 raise ValueError(f"GPU {self.name!r}: {key} must be >= 0, got {getattr(self, key)}")
-        if self.all_reduce_latency_s is not None:
-            try:
-                ok = not isinstance(self.all_reduce_latency_s, bool) and float(self.all_reduce_latency_s) >= 0
-            except (TypeError, ValueError):
-                ok = False
-            if not ok:
-                raise ValueError(f"GPU {self.name!r}: all_reduce_latency_s must be seconds >= 0 (or absent: the "
-                                 f"collective_latency_s), got {self.all_reduce_latency_s!r}")
-            object.__setattr__(self, "all_reduce_latency_s", float(self.all_reduce_latency_s))
         if not self.gemm_tiles:
             raise ValueError(f"GPU {self.name!r}: gemm_tiles needs at least one [rows, cols, sms_per_tile] entry")
         if any(d < 1 for d in self.attention_head_dims):

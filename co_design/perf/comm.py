@@ -5,13 +5,7 @@ direction) when all ``n`` sit in one NVLink domain, otherwise at the scale-out
 bandwidth (the slower hop bounds a hierarchical collective), times the GPU's
 ``collective_efficiency`` (achieved bus bandwidth). Each synchronization step
 pays ``gpu.collective_latency_s`` (a point-to-point hand-off) plus the runtime's
-``overhead_s``; an all-reduce inside one NVLink domain runs the serving runtime's
-own kernel over peer-mapped buffers instead of NCCL's, and pays its step,
-``gpu.all_reduce_latency_s`` where the GPU gives one (TensorRT-LLM's custom
-all-reduce, fitted by ``benchmarks/calibrate_gpu.py`` on NVIDIA's published timings:
-3.0-3.1 us on H100/H200, 4.5-5.0 us on Blackwell; its calls of up to 64 KiB on 2-16
-GPUs take 2.6-4.6 and 3.8-6.1 us).
-Bandwidth terms (NCCL's "bus bandwidth" algebra):
+``overhead_s``. Bandwidth terms (NCCL's "bus bandwidth" algebra):
 
 * all-gather / reduce-scatter producing / consuming ``S`` bytes per GPU: one step,
   ``(n-1)/n · S / bw``
@@ -64,8 +58,6 @@ def _all_reduce(nbytes: float, n: int, gpu: "GPU", span: int | None, efficiency:
                 algorithm: str) -> tuple[float, str]:
     """(seconds, algorithm charged) of an all-reduce among ``n > 1`` GPUs (arguments of :func:`collective_time_s`)."""
     group, bw, step_s = _link(gpu, n, span, efficiency, overhead_s)
-    if group <= gpu.nvlink_domain and gpu.all_reduce_latency_s is not None:
-        step_s = gpu.all_reduce_latency_s + overhead_s  # the runtime's own kernel, not NCCL's
     two_shot = 2.0 * step_s + 2.0 * (n - 1) / n * nbytes / bw
     if algorithm == "two_shot" or group > gpu.nvlink_domain:
         return two_shot, "two_shot"

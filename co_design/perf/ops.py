@@ -9,9 +9,9 @@ a 126-layer model costs no more than a 1-layer one.
 
 The op list is that of a CUDA-graph, fused runtime (TensorRT-LLM): every row is
 a kernel that runs, and a kernel pays ``gpu.kernel_overhead_s`` plus the runtime's
-``kernel_gap_s`` once (a collective: ``gpu.collective_latency_s``, or for an all-reduce inside one NVLink
-domain the runtime kernel's ``gpu.all_reduce_latency_s``, plus ``collective_overhead_s`` per synchronization
-step, one for a small-message one-shot all-reduce, two for a two-shot one; :mod:`co_design.perf.comm`). Work that
+``kernel_gap_s`` once (a collective: ``gpu.collective_latency_s`` plus ``collective_overhead_s`` per
+synchronization step, one for a small-message one-shot all-reduce, two for a two-shot one;
+:mod:`co_design.perf.comm`). Work that
 such a runtime fuses into a neighbour keeps its bytes and drops its launch. An iteration that carries a
 new prompt's tokens for its TTFT runs outside a CUDA graph (runtimes capture decode-only batches), so
 there each kernel also takes at least the host's ``Runtime.eager_launch_s`` to launch: the

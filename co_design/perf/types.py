@@ -108,10 +108,8 @@ class Runtime:
       inside a CUDA graph. Negligible beside long kernels; at batch 1 a step runs
       hundreds of microsecond-scale kernels, so it sets small-batch latency.
     * ``collective_overhead_s``: seconds each synchronization step of a collective
-      costs beyond the GPU's own figure for it (``collective_latency_s``; an all-reduce
-      inside one NVLink domain: ``all_reduce_latency_s``, TensorRT-LLM's custom all-reduce
-      timed back to back in a CUDA graph): the runtime's flag barriers, the wait on the
-      slowest rank and the norm fused into an all-reduce. A one-shot all-reduce
+      costs beyond the GPU's link latency (``collective_latency_s``): the runtime's
+      flag barriers and the norm fused into an all-reduce. A one-shot all-reduce
       (small messages), an all-gather, an all-to-all or a send has one step; a
       two-shot all-reduce (large messages) has two (see :mod:`co_design.perf.comm`).
     * ``iteration_overhead_s``: host-side scheduling time per iteration not hidden
@@ -171,7 +169,7 @@ class Runtime:
     idle_expert_tile_s: float = 0.0
     collective_efficiency: float = 0.8
     kernel_gap_s: float = 2e-6
-    collective_overhead_s: float = 20e-6
+    collective_overhead_s: float = 15e-6
     iteration_overhead_s: float = 1e-3
     request_overhead_s: float = 15e-6
     eager_launch_s: float = 100e-6

@@ -17,7 +17,7 @@ def _crossover_bytes(gpu, n, step_s, efficiency=1.0):
 def test_all_reduce_goes_one_shot_below_the_crossover_and_two_shot_above(n):
     g = get_gpu("h100")
     oh = 5e-6
-    step = g.all_reduce_latency_s + oh  # inside one NVLink domain: the runtime's own kernel's step
+    step = g.collective_latency_s + oh
     s_star = _crossover_bytes(g, n, step)
     bw = link_bytes_per_s(g, n)
     for s, algo in ((0.5 * s_star, "one_shot"), (2.0 * s_star, "two_shot")):
@@ -33,7 +33,7 @@ def test_all_reduce_goes_one_shot_below_the_crossover_and_two_shot_above(n):
 
 def test_a_small_all_reduce_pays_one_step_and_a_large_one_two():
     g = get_gpu("b200")
-    step = g.all_reduce_latency_s + 7e-6
+    step = g.collective_latency_s + 7e-6
     tiny = collective_time_s("all_reduce", 16e3, 8, g, overhead_s=7e-6)  # one token's hidden state
     assert step < tiny < step * 1.2
     big = 256e6
@@ -74,24 +74,3 @@ def test_nothing_moves_for_one_gpu_or_no_bytes_but_names_are_checked():
         collective_time_s("allreduce", 1e6, 1, g)
     with pytest.raises(ValueError, match="unknown all-reduce algorithm 'ring'"):
         collective_time_s("all_reduce", 1e6, 8, g, algorithm="ring")
-
-
-def test_an_all_reduce_inside_an_nvlink_domain_pays_the_runtime_kernels_step_and_nccls_outside():
-    """GPU.all_reduce_latency_s (TensorRT-LLM's custom all-reduce, fitted on the published timings) is the step of
-    an all-reduce inside one NVLink domain; across domains, and for every other collective, NCCL's
-    collective_latency_s; a GPU without the field takes collective_latency_s everywhere."""
-    g = get_gpu("h100")
-    assert 0 < g.all_reduce_latency_s < g.collective_latency_s  # 3.1 us against NCCL's 10 us
-    oh = 2e-6
-    bw8, bw16 = link_bytes_per_s(g, 8), link_bytes_per_s(g, 16)
-    assert collective_time_s("all_reduce", 1e3, 8, g, overhead_s=oh) == pytest.approx(
-        g.all_reduce_latency_s + oh + 7 * 1e3 / bw8)
-    assert collective_time_s("all_reduce", 1e3, 16, g, overhead_s=oh) == pytest.approx(
-        2 * (g.collective_latency_s + oh) + 2 * 15 / 16 * 1e3 / bw16)
-    assert collective_time_s("all_reduce", 1e3, 4, g, span=16, overhead_s=oh) == pytest.approx(
-        2 * (g.collective_latency_s + oh) + 2 * 3 / 4 * 1e3 / bw16)
-    assert collective_time_s("all_gather", 1e3, 8, g, overhead_s=oh) == pytest.approx(
-        g.collective_latency_s + oh + 7 / 8 * 1e3 / bw8)
-    nccl_only = g.replace(all_reduce_latency_s=None)
-    assert collective_time_s("all_reduce", 1e3, 8, nccl_only, overhead_s=oh) == pytest.approx(
-        g.collective_latency_s + oh + 7 * 1e3 / bw8)
