@@ -334,7 +334,11 @@ class ProxyConfig:
     early_stopping: bool = True  # the callback's median stopping rule across trials
     accelerator: str = "auto"  # auto | cpu | gpu
     precision: str = "auto"  # auto: bf16-mixed where the GPU supports it, else 32-true
-    threads: Optional[int] = None  # torch CPU threads; None: the idle cores (search/train.py cpu_threads)
+    # torch threads of a CPU proxy; null: every core this process may use. The count sets the float
+    # rounding of a proxy's loss (1 vs 2 threads: up to 0.04 nats, about a seed's noise), so it is
+    # never taken from the machine's load; keep one value within a study. 2 threads ran the default
+    # study's proxies 1.4x faster on 2 idle cores, and oversubscribed cores run ~10x slower.
+    threads: Optional[int] = 1
     max_seq_len: Optional[int] = None  # model's RoPE table; default data.seq_len
     reuse_losses: bool = True  # identical proxy (shape, precision, data, budget): reuse the earlier loss
 

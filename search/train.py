@@ -65,27 +65,19 @@ class _StepProgressBar(RichProgressBar):
         return self.label if current_epoch == 0 else f"{self.label} (epoch {current_epoch})"
 
 
-_CPU_THREADS: int | None = None
+def cpu_threads(requested: int | None) -> int:
+    """Torch threads for a CPU proxy: ``requested`` (``proxy.threads``), or, for None, every core
+    this process may use.
 
-
-def cpu_threads() -> int:
-    """Torch threads for a CPU proxy: the cores not already busy (at least 1).
-
-    Oversubscribed OpenMP threads spin against each other: on 2 cores shared with other
-    work, 2 threads ran one proxy step ~10x slower than 1 thread (measured 2.9 s vs 0.27 s).
-    So use the cores minus the 1-minute load average, measured once per process before the
-    first proxy run (later readings would count this job's own threads).
+    Never taken from the machine's load: the thread count sets how torch splits a proxy's
+    reductions, and so the float rounding of its loss. The default study's losses on 2 cores
+    moved by up to 0.04 nats between 1 and 2 threads (about a seed's noise), which changed its
+    front; when the count followed the load average, the same command on the same machine
+    gave another front whenever the machine was busy at start.
     """
-    global _CPU_THREADS
-    if _CPU_THREADS is not None:
-        return _CPU_THREADS
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    try:
-        busy = os.getloadavg()[0]
-    except OSError:  # pragma: no cover - platforms without getloadavg
-        busy = 0.0
-    _CPU_THREADS = max(1, min(cores, int(cores - busy + 0.5)))
-    return _CPU_THREADS
+    if requested is not None:
+        return requested
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _quiet_lightning() -> None:
@@ -152,7 +144,7 @@ def train_proxy(
     val_every = min(val_every, steps)
     settings = trainer_settings(p.accelerator, p.precision)
     if settings["accelerator"] == "cpu":
-        torch.set_num_threads(p.threads or cpu_threads())
+        torch.set_num_threads(cpu_threads(p.threads))
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     model = ProxyLM(
         proxy_arch,

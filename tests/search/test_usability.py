@@ -188,6 +188,28 @@ def test_the_same_seed_proposes_the_same_shapes(tmp_path, sampler):
     assert params(tmp_path / "a") == params(tmp_path / "b")
 
 
+def test_the_same_seed_trains_the_same_losses_on_an_idle_or_a_busy_machine(tmp_path, monkeypatch):
+    # the proxy's thread count sets its loss's float rounding; when it followed the load average,
+    # the same command gave another front whenever the machine was busy at start
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)), raising=False)
+    values = []
+    for load in (0.0, 64.0):
+        monkeypatch.setattr(os, "getloadavg", lambda load=load: (load, load, load))
+        cfg = compose_config("strategy=sample", "n_trials=2", "study_name=load", "proxy.early_stopping=false", *TINY)
+        trials = run(cfg, run_dir=tmp_path / f"load-{load}").study.trials
+        assert torch.get_num_threads() == 1  # proxy.threads' default
+        values.append([t.values for t in trials])
+    assert values[0] == values[1] and all(v is not None for v in values[0])
+
+
+def test_proxy_threads_null_takes_every_core_the_process_may_use(monkeypatch):
+    from search.train import cpu_threads
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2, 5}, raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    assert cpu_threads(None) == 3 and cpu_threads(2) == 2
+
+
 # --------------------------------------------------------------------------- resume
 def test_resuming_a_study_with_other_settings_is_refused_naming_what_changed(tmp_path):
     base = ("objectives=perf_only", "strategy=sample", "study_name=same", *TINY)
