@@ -20,13 +20,16 @@ __all__ = ["say", "trial_line", "FailedTrialLog", "job_failure", "print_outcome"
 
 
 def say(msg: str) -> None:
-    """One line of progress, printed above Optuna's progress bar (or plainly without one)."""
+    """One line of progress, printed above Optuna's progress bar (or plainly without one), and flushed:
+    in a log file (``> log``, a batch system) stdout is block-buffered, and an unflushed line would
+    show only when a few kilobytes had piled up or the job ended."""
     try:
         from tqdm import tqdm
 
         tqdm.write(msg, file=sys.stdout)
     except ImportError:  # pragma: no cover
-        print(msg, flush=True)
+        print(msg)
+    sys.stdout.flush()
 
 
 def trial_line(trial: FrozenTrial, row: dict[str, Any] | None, names: list[str]) -> str:

@@ -73,6 +73,27 @@ def test_cli_reports_an_unknown_option_in_one_line_with_status_2(tmp_path):
     assert not (tmp_path / "outputs").exists()
 
 
+def test_each_progress_line_is_flushed_for_a_log_file(monkeypatch):
+    # stdout into a file or pipe is block-buffered: an enumeration of a large space ran 13 minutes
+    # with nothing in its log, not even the line saying it had started
+    import io
+
+    from search.console import say
+
+    class Log(io.StringIO):
+        def __init__(self) -> None:
+            super().__init__()
+            self.flushed: list[str] = []
+
+        def flush(self) -> None:
+            self.flushed.append(self.getvalue())
+
+    log = Log()
+    monkeypatch.setattr(sys, "stdout", log)
+    say("enumerating 1,234 suggestion combinations")
+    assert log.flushed and log.flushed[-1] == "enumerating 1,234 suggestion combinations\n"
+
+
 # --------------------------------------------------------------------------- validation
 def _problems(*overrides: str) -> str:
     with pytest.raises(ConfigError) as e:
