@@ -37,7 +37,7 @@ from optuna.trial import FrozenTrial
 from search import checks
 from search.config import ConfigError, enumerates, show_progress_bars, to_search_config, validate
 from search.console import FailedTrialLog, job_failure, print_outcome, say, trial_line
-from search.exact import enumerate_into
+from search.exact import EnumerationProgress, enumerate_into
 from search.objective import EXHAUSTED_ATTR, Objective
 from search.plots import write_plots
 from search.redact import hydra_files, redact, redact_files
@@ -248,17 +248,35 @@ def _announce(cfg: Any, plan: Any, exact: bool, run_dir: Path, storage_url: str)
     say(f"run dir {run_dir}  storage {storage_url}")
 
 
+#: seconds between two progress lines of an enumeration
+PROGRESS_EVERY_S = 30.0
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
 def _enumerate(study: optuna.Study, cfg: Any, gpu: Any, names: list[str], run_dir: Path) -> int:
     """Score every shape not yet in the study; return how many this worker scored.
 
     Under the run dir's lock: a second worker on the same run dir waits, then finds every
-    shape scored and scores none (enumeration takes seconds; it gains nothing from workers).
+    shape scored and scores none (an enumeration walks the grid once, in one process: workers
+    gain nothing). A large space takes hours, so a progress line with an estimate of the time
+    left comes every :data:`PROGRESS_EVERY_S` seconds.
     """
     say(f"enumerating {grid_size(cfg.space, cfg.deployment):,} suggestion combinations of space={cfg.space.name!r} "
         "(shapes outside space.params are skipped before scoring; Ctrl-C keeps what is scored)")
+    last = [time.perf_counter()]
+
+    def progress(p: EnumerationProgress) -> None:  # a line every PROGRESS_EVERY_S: a large space takes hours
+        if time.perf_counter() - last[0] >= PROGRESS_EVERY_S:
+            last[0] = time.perf_counter()
+            say(f"enumeration: {p.scored:,} shape(s) scored ({p.feasible:,} feasible) in {_minutes(p.seconds)}, "
+                f"{p.walked / p.combinations:.0%} of the combinations walked; about {_minutes(p.seconds_left)} left")
+
     with run_dir_lock(run_dir):
         t0 = time.perf_counter()
-        result = enumerate_into(study, cfg, gpu, names)
+        result = enumerate_into(study, cfg, gpu, names, on_batch=progress)
     say(
         f"scored {result.scored} shape(s) in {time.perf_counter() - t0:.1f} s ({result.feasible} feasible); "
         f"the space has {result.candidates} distinct shapes: {result.outside_band} outside space.params, "

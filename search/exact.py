@@ -12,7 +12,7 @@ command resumes an interrupted enumeration and re-scores nothing. Workers sharin
 directory enumerate one after another (search/app.py); workers on other machines sharing a
 database check the study again before each batch is stored, so a shape another worker stored
 meanwhile is not stored twice (two batches written at the same instant still can be: start one
-worker for an enumeration, which takes seconds).
+worker for an enumeration: seconds for the default space, hours for ``space=moe``).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from optuna.trial import TrialState, create_trial
 from search.config import SearchConfig
 from search.objective import evaluate, param_budget
 from search.scoring import objective_value
-from search.space import candidate_key, enumerate_candidates
+from search.space import candidate_key, grid_size, walk_candidates
 
-__all__ = ["EnumerationResult", "enumerate_into", "ENUMERATION_ATTR"]
+__all__ = ["EnumerationResult", "EnumerationProgress", "enumerate_into", "ENUMERATION_ATTR"]
 
 ENUMERATION_ATTR = "enumeration"  # study user attribute: the counts of the last enumeration
 _BATCH = 256  # trials written per storage call
@@ -50,19 +50,36 @@ class EnumerationResult:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
+@dataclass(frozen=True)
+class EnumerationProgress:
+    """Where an enumeration stands after a batch is stored."""
+
+    walked: int  # suggestion combinations walked so far
+    combinations: int  # all of them (search.space.grid_size)
+    scored: int  # shapes scored and stored so far by this run
+    feasible: int  # of those, COMPLETE
+    seconds: float  # since the enumeration started
+
+    @property
+    def seconds_left(self) -> float:
+        """Seconds to walk the rest at the rate so far: a rough figure, as shapes outside the parameter band
+        (skipped without scoring) and duplicates cluster in parts of the grid."""
+        return self.seconds * (self.combinations - self.walked) / max(self.walked, 1)
+
+
 def enumerate_into(
     study: optuna.Study,
     cfg: SearchConfig,
     gpu: Any,
     objectives: Sequence[str],
     *,
-    on_batch: Callable[[int], None] | None = None,
+    on_batch: Callable[[EnumerationProgress], None] | None = None,
 ) -> EnumerationResult:
     """Score every candidate of ``cfg.space`` not yet in ``study`` and add it as a finished trial.
 
     Raises ValueError when an objective needs training (``loss``). Trials are written
     in batches of a few hundred; a Ctrl-C loses at most the batch in flight.
-    ``on_batch(scored_so_far)`` is called after each write.
+    ``on_batch(progress)`` (an :class:`EnumerationProgress`) is called after each write.
     """
     if "loss" in objectives:
         raise ValueError("enumeration scores candidates without training; the loss objective needs a proxy run")
@@ -70,6 +87,7 @@ def enumerate_into(
     have = {t.user_attrs.get("candidate_key") for t in study.get_trials(deepcopy=False)}
     counts = dict(candidates=0, outside_band=0, already_scored=0, scored=0, feasible=0)
     pending: list[optuna.trial.FrozenTrial] = []
+    combinations, walked = grid_size(cfg.space, cfg.deployment), 0
 
     def flush() -> None:
         if pending:
@@ -83,9 +101,10 @@ def enumerate_into(
             study.add_trials(fresh)
             pending.clear()
             if on_batch is not None:
-                on_batch(counts["scored"])
+                on_batch(EnumerationProgress(walked=walked, combinations=combinations, scored=counts["scored"],
+                                             feasible=counts["feasible"], seconds=time.perf_counter() - t0))
 
-    for params, distributions, cand in enumerate_candidates(cfg.space, cfg.deployment):
+    for walked, params, distributions, cand in walk_candidates(cfg.space, cfg.deployment):
         counts["candidates"] += 1
         if candidate_key(cand) in have:
             counts["already_scored"] += 1

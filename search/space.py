@@ -29,6 +29,7 @@ __all__ = [
     "space_grid",
     "grid_size",
     "enumerate_candidates",
+    "walk_candidates",
     "parallel_choices",
     "ffn_units",
     "shape_label",
@@ -244,18 +245,25 @@ def enumerate_candidates(space: Any, deployment: Any) -> Iterator[tuple[dict[str
     be stored as ordinary trials (every suggestion is made whatever the values, so all
     share one distributions mapping). About 0.1 ms per combination.
     """
+    for _, params, dists, cand in walk_candidates(space, deployment):
+        yield params, dists, cand
+
+
+def walk_candidates(space: Any, deployment: Any) -> Iterator[tuple[int, dict[str, Any], dict[str, Any], Candidate]]:
+    """:func:`enumerate_candidates` with, first in each tuple, how many suggestion combinations have been
+    walked when the candidate is found (out of :func:`grid_size`): the progress of an enumeration."""
     dists = _distributions(space, deployment)
     grid = {name: _grid_values(d) for name, d in dists.items()}
     names = list(grid)
     seen: set[str] = set()
-    for values in itertools.product(*(grid[n] for n in names)):
+    for walked, values in enumerate(itertools.product(*(grid[n] for n in names)), start=1):
         params = dict(zip(names, values))
         cand = suggest_candidate(_GridTrial(params), space, deployment)
         key = candidate_key(cand)
         if key in seen:
             continue
         seen.add(key)
-        yield params, dists, cand
+        yield walked, params, dists, cand
 
 
 def shape_label(arch: Architecture) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 
 import optuna
 import pytest
@@ -141,3 +142,24 @@ def test_shapes_another_worker_stored_meanwhile_are_not_stored_twice(monkeypatch
     keys = [t.user_attrs["candidate_key"] for t in study.trials]
     assert len(keys) == 16 == len(set(keys))
 
+
+
+def test_a_long_enumeration_says_how_far_it_is_and_how_long_is_left(tmp_path, monkeypatch, capsys):
+    # space=moe on gb200_nvl72_dep walks 677,376 combinations for about half an hour: say where it stands
+    import search.app
+    import search.exact
+
+    monkeypatch.setattr(search.exact, "_BATCH", 4)  # 16 shapes: 4 batches
+    monkeypatch.setattr(search.app, "PROGRESS_EVERY_S", 0.0)
+    run(compose_config(*SMALL, "study_name=progress"), run_dir=tmp_path / "run")
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("enumeration: ")]
+    assert [ln.split(" shape(s)")[0] for ln in lines] == [f"enumeration: {n}" for n in (4, 8, 12, 16)]
+    assert all(re.search(r"\(\d+ feasible\) in \d+ s, \d+% of the combinations walked; about \d+ s left$", ln)
+               for ln in lines)
+
+
+def test_the_time_left_is_the_rate_so_far_over_the_combinations_not_walked():
+    from search.exact import EnumerationProgress
+
+    p = EnumerationProgress(walked=250, combinations=1000, scored=40, feasible=30, seconds=60.0)
+    assert p.seconds_left == pytest.approx(180.0)
