@@ -41,6 +41,7 @@ from search.exact import EnumerationProgress, enumerate_into
 from search.objective import EXHAUSTED_ATTR, Objective
 from search.plots import write_plots
 from search.redact import hydra_files, redact, redact_files
+from search.signals import EXIT_STATUS, Terminated, sigterm_interrupts
 from search.results import parallel_coordinates_html, summary_extra, trial_row, write_results
 from search.space import grid_size, parallelism_coverage
 from search.study import (
@@ -86,8 +87,20 @@ def run(
     """Run the search job for ``cfg`` (a composed DictConfig or :class:`search.config.SearchConfig`).
 
     Raises :class:`search.config.ConfigError` before any trial runs when the configuration
-    cannot work.
+    cannot work. Ctrl-C raises ``KeyboardInterrupt`` and SIGTERM :class:`search.signals.Terminated`
+    (one of its subclasses), after the results files are written when trials had started.
     """
+    with sigterm_interrupts():
+        return _run(cfg, run_dir=run_dir, train_fn=train_fn, datamodule_factory=datamodule_factory)
+
+
+def _run(
+    cfg: Any,
+    *,
+    run_dir: str | Path | None,
+    train_fn: Callable[..., Any] | None,
+    datamodule_factory: Callable[[], Any] | None,
+) -> RunResult:
     t_start = time.perf_counter()
     cfg = validate(to_search_config(cfg))
     run_dir = Path(run_dir or cfg.output_dir or Path("outputs") / cfg.study_name).resolve()
@@ -153,9 +166,9 @@ def run(
         if finished_count(study) >= cfg.n_trials:  # parallel workers on one storage: stop at the target
             study.stop()
 
-    interrupted = False
     failures = FailedTrialLog(run_dir / "errors.log")
-    try:
+
+    def _study_loop() -> None:
         if exact:
             state["ran"] = _enumerate(study, cfg, gpu, names, run_dir)
         elif plan.remaining:
@@ -179,14 +192,20 @@ def run(
                 drain_queue(study, cfg.n_trials)  # shapes queued after duplicates that nobody needs now
             finally:
                 optuna_logger.removeFilter(failures)
-    except KeyboardInterrupt:
-        interrupted = True
-        say("interrupted: the shapes scored so far are saved; run the same command to finish" if exact
-            else "interrupted: finished trials are saved; run the same command to resume")
+
+    interrupted: KeyboardInterrupt | None = None  # Ctrl-C, or SIGTERM (search.signals.Terminated)
+    try:
+        _study_loop()
+    except KeyboardInterrupt as exc:
+        interrupted = exc
+        how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        say(f"{how}: the shapes scored so far are saved; run the same command to finish" if exact
+            else f"{how}: finished trials are saved; run the same command to resume")
     finally:
         tracker.close()
 
-    summary, wandb_dir, wandb_note = _finish(study, cfg, gpu, names, run_dir, storage, storage_url, tracker, interrupted)
+    summary, wandb_dir, wandb_note = _finish(study, cfg, gpu, names, run_dir, storage, storage_url, tracker,
+                                             interrupted is not None)
     counts = summary["trials"]
     print_outcome(
         summary,
@@ -203,8 +222,8 @@ def run(
         wandb_mode=tracker.mode,
         wandb_note=wandb_note,
     )
-    if interrupted:
-        raise KeyboardInterrupt
+    if interrupted is not None:
+        raise interrupted
     return RunResult(
         study=study,
         run_dir=run_dir,
@@ -349,8 +368,8 @@ def main_entry(cfg: Any) -> int:
     except ConfigError as exc:
         print(f"error: {redact(str(exc))}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C 130, SIGTERM 143
+        return EXIT_STATUS.get(type(exc), 130)
     except Exception as exc:
         print(f"error: {job_failure(exc, Path(run_dir or '.') / 'errors.log')}", file=sys.stderr)
         return 1

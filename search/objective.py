@@ -297,8 +297,8 @@ class Objective:
             return self._run(trial)
         except optuna.TrialPruned:
             raise
-        except KeyboardInterrupt:
-            trial.set_user_attr(FAIL_REASON_ATTR, f"{INTERRUPTED} (KeyboardInterrupt)")
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (search.signals.Terminated)
+            trial.set_user_attr(FAIL_REASON_ATTR, f"{INTERRUPTED} ({exc or type(exc).__name__})")
             raise
         except Exception as exc:  # recorded, then re-raised: study.optimize(catch=...) marks FAIL and goes on
             trial.set_user_attr(FAIL_REASON_ATTR, _reason(exc))

@@ -13,11 +13,13 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, RichProgressBar
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from co_design.arch import Architecture
 from co_design.model.parametrization import MuP
 from search.config import SearchConfig, show_progress_bars, steps_of
 from search.proxy import ProxyLM, trainer_settings
+from search.signals import Terminated
 
 __all__ = ["ProxyResult", "train_proxy", "cpu_threads"]
 
@@ -92,20 +94,25 @@ def _quiet_lightning() -> None:
 
 
 def _fit_or_interrupt(call: Any, *args: Any, **kwargs: Any) -> Any:
-    """``trainer.fit``/``validate``, with Ctrl-C re-raised as ``KeyboardInterrupt``.
+    """``trainer.fit``/``validate``, with Ctrl-C re-raised as ``KeyboardInterrupt`` and SIGTERM as
+    :class:`search.signals.Terminated`.
 
     On Ctrl-C Lightning sets SIGINT to ignored and calls ``sys.exit(1)``: the trial would
     stay RUNNING, the results would not be written and the job would end with status 1
     and no message. Restore the SIGINT handler and raise ``KeyboardInterrupt`` instead,
     so the trial is recorded as interrupted and the study ends the way Ctrl-C between
-    trials ends it (results written, exit status 130).
+    trials ends it (results written, exit status 130). SIGTERM the same way (status 143):
+    Lightning raises its ``SIGTERMException``, a ``SystemExit`` of status 0, unless the
+    job's own handler (search.signals), which Lightning calls after its own, raised first.
     """
     handler = signal.getsignal(signal.SIGINT)
     try:
         return call(*args, **kwargs)
+    except SIGTERMException:  # Lightning's answer to SIGTERM: a SystemExit of status 0 (search.signals)
+        raise Terminated from None
     except SystemExit as exc:
-        if isinstance(exc.__context__, KeyboardInterrupt):
-            raise KeyboardInterrupt from None
+        if isinstance(exc.__context__, KeyboardInterrupt):  # Ctrl-C, or SIGTERM as search.signals raises it
+            raise exc.__context__ from None
         raise
     finally:
         if handler is not None and signal.getsignal(signal.SIGINT) is not handler:

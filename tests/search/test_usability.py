@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import lightning as L
 import pytest
@@ -183,6 +184,59 @@ def test_ctrl_c_inside_a_proxy_run_ends_the_study_like_ctrl_c_between_trials(tmp
     first = res.study.trials[0]
     assert first.state == TrialState.FAIL and first.user_attrs["fail_reason"].startswith("interrupted")
     assert res.finished == 2 and res.ran == 2
+
+
+class _TerminatedStream(IterableDataset):
+    """Byte windows (B, T+1); at the third batch the process gets SIGTERM, as from a batch system."""
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(0)
+        for i in range(10**6):
+            if i == 2 * 2:
+                os.kill(os.getpid(), signal.SIGTERM)
+            yield torch.randint(0, 256, (33,), generator=g)
+
+
+class _TerminatedData(_InterruptedData):
+    def train_dataloader(self):
+        return DataLoader(_TerminatedStream(), batch_size=2)
+
+
+@pytest.mark.slow
+def test_sigterm_inside_a_proxy_run_ends_the_study_like_ctrl_c(tmp_path):
+    """A batch system's time limit: Lightning turned SIGTERM into a SystemExit of status 0, so the job
+    ended silently, reported success, wrote no results and left its trial RUNNING."""
+    from search.signals import Terminated
+
+    before = signal.getsignal(signal.SIGTERM)
+    cfg = ("n_trials=2", "study_name=term-inside", "proxy.early_stopping=false", *TINY)
+    with pytest.raises(Terminated):
+        run(compose_config(*cfg), run_dir=tmp_path / "run", datamodule_factory=_TerminatedData)
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert (tmp_path / "run" / "summary.json").exists()
+    res = run(compose_config(*cfg), run_dir=tmp_path / "run")
+    first = res.study.trials[0]
+    assert first.state == TrialState.FAIL and first.user_attrs["fail_reason"] == "interrupted (SIGTERM)"
+    assert res.finished == 2 and res.ran == 2
+
+
+@pytest.mark.slow
+def test_a_terminated_job_says_so_writes_its_results_and_exits_143(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    cmd = [sys.executable, "-m", "search", "n_trials=3", "study_name=term", *TINY, "proxy.budget.steps=100000"]
+    with subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          text=True) as proc:
+        out = ""
+        while not out.endswith("trains its own proxy\n"):  # the last line before the first trial (flushed)
+            line = proc.stdout.readline()
+            assert line, out
+            out += line
+        time.sleep(1.0)  # inside the first proxy run (100,000 steps)
+        proc.send_signal(signal.SIGTERM)
+        out += proc.stdout.read()
+    assert proc.returncode == 143, out
+    assert "terminated (SIGTERM): finished trials are saved; run the same command to resume" in out
+    assert (tmp_path / "outputs" / "term" / "summary.json").exists()
 
 
 # --------------------------------------------------------------------------- failures, seeds
