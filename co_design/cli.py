@@ -85,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--helix", type=int, default=1, help="KV-parallel degree for decode attention (default 1)")
     pr.add_argument("--weights", choices=PRECISIONS, default="nvfp4",
                     help="weight format (default nvfp4; each GPU's native formats: --list-hardware --json)")
-    pr.add_argument("--activations", choices=PRECISIONS, default="nvfp4", help="activation format (default nvfp4)")
+    pr.add_argument("--activations", choices=PRECISIONS, default=None,
+                    help="activation format (default: the --weights format, W8A8 / W4A4)")
     pr.add_argument("--kv-cache", choices=PRECISIONS, default="fp8", help="KV-cache format (default fp8)")
     pr.add_argument("--fp8-scaling", choices=FP8_SCALINGS, default="tensor", help=_FP8_SCALING_HELP)
     pr.add_argument("--isl", type=int, default=1024, help="input tokens per request (default 1024)")
@@ -155,7 +156,8 @@ def _deployment_args(sp: argparse.ArgumentParser, *, concurrency_help: str | Non
     sp.add_argument("--attention-dp", action="store_true", help="attention data-parallel across the tp ranks")
     sp.add_argument("--helix", type=int, default=1, help="KV-parallel degree for decode attention (default 1)")
     sp.add_argument("--weights", choices=PRECISIONS, default="nvfp4", help="weight format (default nvfp4)")
-    sp.add_argument("--activations", choices=PRECISIONS, default="nvfp4", help="activation format (default nvfp4)")
+    sp.add_argument("--activations", choices=PRECISIONS, default=None,
+                    help="activation format (default: the --weights format, W8A8 / W4A4)")
     sp.add_argument("--kv-cache", choices=PRECISIONS, default="fp8", help="KV-cache format (default fp8)")
     sp.add_argument("--fp8-scaling", choices=FP8_SCALINGS, default="tensor", help=_FP8_SCALING_HELP)
     sp.add_argument("--isl", type=int, default=1024, help="input tokens per request (default 1024)")
@@ -508,6 +510,8 @@ def _run(argv: Sequence[str] | None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse already printed its message
         return int(exc.code or 0)
+    if getattr(args, "activations", "") is None:  # --weights fp8 on its own is W8A8, not FP8 weights x NVFP4 math
+        args.activations = args.weights
     if args.command == "predict":
         return _predict(args)
     if args.command == "advise":

@@ -468,3 +468,13 @@ def test_the_shipped_tensorrt_llm_hopper_runtime_file_slows_tp_split_block_fp8_e
     assert main(["predict", str(cfg), "--hardware", "h200", "--tp", "8", "--weights", "fp8", "--activations", "fp8",
                  *block, "--concurrency", "1", "--no-advice", "--runtime", str(rt)]) == 0
     assert "idle_expert_tile_s" in capsys.readouterr().out
+
+
+def test_activations_follow_the_weights_format_unless_given(config, capsys):
+    # `--weights fp8` on an H100 was refused for the default NVFP4 activations it never asked for
+    assert main(["predict", config, "--hardware", "h100", "--weights", "fp8", "--concurrency", "8", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert (d["deployment"]["weights"], d["deployment"]["activations"]) == ("fp8", "fp8")
+    assert main(["predict", config, "--weights", "nvfp4", "--activations", "fp8", "--concurrency", "8", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert (d["deployment"]["weights"], d["deployment"]["activations"]) == ("nvfp4", "fp8")
