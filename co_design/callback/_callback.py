@@ -50,7 +50,6 @@ from co_design.callback._stopping import (
 )
 from co_design.quant.fused import is_fused_quantized
 from co_design.hardware import GPU, PRECISION_FIELDS, check_precision, get_gpu, load_gpu, supported_precisions
-from co_design.perf.advice import MIN_GAIN
 
 if TYPE_CHECKING:  # pragma: no cover
     import optuna
@@ -521,12 +520,9 @@ class CoDesignCallback(Callback):
     def _warn_alignment(self) -> None:
         assert self.architecture is not None
         # every misaligned dimension/shard, whatever its gain: a gain near zero or negative tells the
-        # user the misalignment costs nothing here, which is worth knowing too, and the warning says so
+        # user the misalignment costs nothing here, which is worth knowing too (the message says so)
         for advice in perf.shape_advice(self.architecture, self.gpu, self.deployment, min_gain=-math.inf):
-            verdict = "" if advice.gain >= MIN_GAIN else (
-                f"; no aligned neighbour gains the {MIN_GAIN:.0%} worth a change: this misalignment costs "
-                f"nothing here, keep the shape")
-            rank_zero_warn(f"CoDesignCallback ({self.gpu.name}): {advice.message}{verdict}", category=CoDesignWarning)
+            rank_zero_warn(f"CoDesignCallback ({self.gpu.name}): {advice.message}", category=CoDesignWarning)
 
     def _hyperparameters(self) -> dict[str, Any]:
         assert self.architecture is not None
