@@ -520,7 +520,7 @@ class CoDesignCallback(Callback):
     def _warn_alignment(self) -> None:
         assert self.architecture is not None
         # every misaligned dimension/shard, whatever its gain: a gain near zero or negative tells the
-        # user the misalignment costs nothing here, which is worth knowing too (the message says so)
+        # user the misalignment costs nothing here, which is worth knowing too (the message then says to keep the shape)
         for advice in perf.shape_advice(self.architecture, self.gpu, self.deployment, min_gain=-math.inf):
             rank_zero_warn(f"CoDesignCallback ({self.gpu.name}): {advice.message}", category=CoDesignWarning)
 

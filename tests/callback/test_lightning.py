@@ -335,6 +335,6 @@ def test_layers_built_in_configure_model_with_prediction_only(tmp_path):
 def test_an_alignment_warning_whose_fix_gains_nothing_says_to_keep_the_shape(tmp_path):
     # the 32-wide toy misses every tile; aligning it means a larger model, which the model finds no faster
     cb = CoDesignCallback("b200", architecture=ARCH, log_quant_every_n_steps=0)
-    with pytest.warns(CoDesignWarning, match=r"hidden=32 is not a multiple of 128; .*hidden=128: [+-]0\.\d%; no aligned "
-                      r"neighbour gains the 1% worth a change: this misalignment costs nothing here, keep the shape"):
+    with pytest.warns(CoDesignWarning, match=r"hidden=32 is not a multiple of 128; .*hidden=128: [+-]\d+\.\d%; no aligned "
+                      r"neighbour gains the 1% worth a change: keep the shape"):
         trainer(tmp_path, cb, steps=1).fit(LM())
