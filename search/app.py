@@ -272,7 +272,9 @@ PROGRESS_EVERY_S = 30.0
 
 
 def _minutes(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
 def _enumerate(study: optuna.Study, cfg: Any, gpu: Any, names: list[str], run_dir: Path) -> int:

@@ -105,7 +105,8 @@ def shape_advice(arch: "Architecture", gpu: "GPU | str", deployment: Deployment,
         split = f" ({per_gpu} per GPU, {ways}-way split)" if ways > 1 else ""
         options = "; ".join(f"{dim}={s * ways}{f' ({s} per GPU)' if ways > 1 else ''}: {g:+.1%}" for g, s in scored)
         # listed below MIN_GAIN only when asked for every misalignment (a diagnostic): say it is not advice
-        verdict = "" if gain >= MIN_GAIN else f"; no aligned neighbour gains the {MIN_GAIN:.0%} worth a change: keep the shape"
+        verdict = "" if gain >= MIN_GAIN else (
+            f"; no aligned neighbour gains the {MIN_GAIN:.0%} worth a change: keep the shape")
         out.append(Advice(
             dimension=dim, value=value, per_gpu_value=per_gpu, aligned_value=shard * ways, gain=gain,
             message=(f"{dim}={value}{split} is not a multiple of {unit}; output tokens/s per GPU on {gpu.name} "
