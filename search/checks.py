@@ -41,6 +41,7 @@ def before_any_trial(cfg: SearchConfig) -> Any:
         raise ConfigError([f"hardware: {exc}; fix hardware.file or hardware.overrides"]) from None
     check_precisions(cfg, gpu)
     check_proxy_device(cfg)
+    check_tracking(cfg)
     check_feasible_shapes(cfg, gpu)
     return gpu
 
@@ -62,6 +63,24 @@ def resolve_gpu(cfg: SearchConfig) -> Any:
             changes["peak_flops_per_s"] = {**dict(gpu.peak_flops_per_s), **dict(changes["peak_flops_per_s"])}
         gpu = gpu.replace(**changes)
     return gpu
+
+
+def check_tracking(cfg: SearchConfig) -> None:
+    """W&B online needs credentials it can find without asking; without them every trial's run and the
+    summary run failed at their start, after the study had run."""
+    if cfg.tracking.backend != "wandb":
+        return
+    from search.tracking import has_wandb_api_key, resolve_wandb_mode, wandb_host
+
+    if resolve_wandb_mode(cfg.tracking.mode) == "online" and not has_wandb_api_key():
+        how = "WANDB_MODE=online" if cfg.tracking.mode == "auto" else f"tracking.mode={cfg.tracking.mode}"
+        raise ConfigError(
+            [
+                f"{how} logs to W&B online, but no W&B API key is set (WANDB_API_KEY, WANDB_IDENTITY_TOKEN_FILE or "
+                f"an entry for {wandb_host()} in ~/.netrc): run `wandb login`, or use tracking.mode=offline (upload "
+                "later with `wandb sync`) or tracking=off"
+            ]
+        )
 
 
 def check_proxy_device(cfg: SearchConfig) -> None:

@@ -36,19 +36,25 @@ from search.objective import INFEASIBLE_ATTR, PERF_ATTR
 from search.redact import redact, redacted_argv
 from search.results import PARETO_COLUMNS
 
-__all__ = ["NullTracker", "WandbTracker", "make_tracker", "resolve_wandb_mode"]
+__all__ = ["NullTracker", "WandbTracker", "make_tracker", "resolve_wandb_mode", "has_wandb_api_key", "wandb_host"]
 
 
-def _has_api_key() -> bool:
-    if os.environ.get("WANDB_API_KEY"):
+def wandb_host() -> str:
+    """The W&B server's host name: ``$WANDB_BASE_URL``'s, else ``api.wandb.ai``."""
+    return os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai").split("://")[-1].split("/")[0]
+
+
+def has_wandb_api_key() -> bool:
+    """Whether W&B can log in without asking: ``WANDB_API_KEY``, ``WANDB_IDENTITY_TOKEN_FILE``, or the
+    server's entry in ``~/.netrc`` (``$NETRC``), where ``wandb login`` writes it. No network."""
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
         return True
     path = os.environ.get("NETRC") or os.path.join(os.path.expanduser("~"), ".netrc")
     try:
         auth = netrc.netrc(path)
     except (OSError, netrc.NetrcParseError):
         return False
-    host = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai").split("://")[-1].split("/")[0]
-    return auth.authenticators(host) is not None
+    return auth.authenticators(wandb_host()) is not None
 
 
 def resolve_wandb_mode(mode: str) -> str:
@@ -58,7 +64,7 @@ def resolve_wandb_mode(mode: str) -> str:
     env = os.environ.get("WANDB_MODE")
     if env in ("online", "offline", "disabled", "dryrun", "run"):
         return {"dryrun": "offline", "run": "online"}.get(env, env)
-    return "online" if _has_api_key() else "offline"
+    return "online" if has_wandb_api_key() else "offline"
 
 
 class NullTracker:

@@ -125,6 +125,25 @@ def test_a_storage_url_that_cannot_be_opened_is_a_config_error(tmp_path):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only message")
+def test_wandb_online_without_an_api_key_is_refused_before_any_trial(tmp_path, monkeypatch):
+    # it used to run the whole study, each trial's W&B run failing at its start, then the summary run
+    from search.checks import check_tracking
+
+    for var in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_MODE", "WANDB_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    args = [a for a in TINY if a != "tracking=off"]
+    with pytest.raises(ConfigError, match=r"tracking.mode=online logs to W&B online, but no W&B API key is set "
+                       r"\(WANDB_API_KEY, WANDB_IDENTITY_TOKEN_FILE or an entry for api.wandb.ai in ~/.netrc\): run "
+                       r"`wandb login`, or use tracking.mode=offline"):
+        run(compose_config("tracking.mode=online", "objectives=perf_only", "study_name=online", *args),
+            run_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    check_tracking(to_search_config(compose_config("tracking.mode=offline", *args)))  # offline needs no key
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    check_tracking(to_search_config(compose_config("tracking.mode=online", *args)))
+
+
 def test_a_gpu_sized_proxy_on_a_cpu_machine_is_refused_before_any_trial(tmp_path):
     cfg = compose_config("experiment=dense_1b_b200_fp8_vs_nvfp4", "tracking=off", "n_trials=1")
     with pytest.raises(ConfigError, match="proxy.accelerator=gpu but this machine has no CUDA device.*objectives=perf_only"):
