@@ -41,8 +41,8 @@ from search.exact import EnumerationProgress, enumerate_into
 from search.objective import EXHAUSTED_ATTR, Objective
 from search.plots import write_plots
 from search.redact import hydra_files, redact, redact_files
-from search.signals import EXIT_STATUS, Terminated, sigterm_interrupts
 from search.results import parallel_coordinates_html, summary_extra, trial_row, write_results
+from search.signals import EXIT_STATUS, Terminated, sigterm_interrupts
 from search.space import grid_size, parallelism_coverage
 from search.study import (
     DUPLICATE_ATTR,
@@ -166,9 +166,9 @@ def _run(
         if finished_count(study) >= cfg.n_trials:  # parallel workers on one storage: stop at the target
             study.stop()
 
+    interrupted: KeyboardInterrupt | None = None  # Ctrl-C, or SIGTERM (search.signals.Terminated)
     failures = FailedTrialLog(run_dir / "errors.log")
-
-    def _study_loop() -> None:
+    try:
         if exact:
             state["ran"] = _enumerate(study, cfg, gpu, names, run_dir)
         elif plan.remaining:
@@ -192,10 +192,6 @@ def _run(
                 drain_queue(study, cfg.n_trials)  # shapes queued after duplicates that nobody needs now
             finally:
                 optuna_logger.removeFilter(failures)
-
-    interrupted: KeyboardInterrupt | None = None  # Ctrl-C, or SIGTERM (search.signals.Terminated)
-    try:
-        _study_loop()
     except KeyboardInterrupt as exc:
         interrupted = exc
         how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
@@ -282,14 +278,14 @@ def _enumerate(study: optuna.Study, cfg: Any, gpu: Any, names: list[str], run_di
 
     Under the run dir's lock: a second worker on the same run dir waits, then finds every
     shape scored and scores none (an enumeration walks the grid once, in one process: workers
-    gain nothing). A large space takes hours, so a progress line with an estimate of the time
-    left comes every :data:`PROGRESS_EVERY_S` seconds.
+    gain nothing). A large space takes half an hour or more (``space=moe`` on ``gb200_nvl72_dep``),
+    so a progress line with an estimate of the time left comes every :data:`PROGRESS_EVERY_S` seconds.
     """
     say(f"enumerating {grid_size(cfg.space, cfg.deployment):,} suggestion combinations of space={cfg.space.name!r} "
         "(shapes outside space.params are skipped before scoring; Ctrl-C keeps what is scored)")
     last = [time.perf_counter()]
 
-    def progress(p: EnumerationProgress) -> None:  # a line every PROGRESS_EVERY_S: a large space takes hours
+    def progress(p: EnumerationProgress) -> None:  # a line every PROGRESS_EVERY_S
         if time.perf_counter() - last[0] >= PROGRESS_EVERY_S:
             last[0] = time.perf_counter()
             say(f"enumeration: {p.scored:,} shape(s) scored ({p.feasible:,} feasible) in {_minutes(p.seconds)}, "

@@ -12,7 +12,8 @@ command resumes an interrupted enumeration and re-scores nothing. Workers sharin
 directory enumerate one after another (search/app.py); workers on other machines sharing a
 database check the study again before each batch is stored, so a shape another worker stored
 meanwhile is not stored twice (two batches written at the same instant still can be: start one
-worker for an enumeration: seconds for the default space, hours for ``space=moe``).
+worker for an enumeration: seconds for the default space, about half an hour for ``space=moe``
+on ``gb200_nvl72_dep``).
 """
 
 from __future__ import annotations
