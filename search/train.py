@@ -84,8 +84,10 @@ def cpu_threads(requested: int | None) -> int:
 
 def _quiet_lightning() -> None:
     # Lightning's per-Trainer banners ("GPU available: ...", "You are using a CUDA device ...") repeat
-    # for every trial; keep its warnings and errors.
-    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch.accelerators.cuda", "lightning.fabric"):
+    # for every trial, and its "Received SIGTERM" comes twice (its handler and Hydra's) before the job's
+    # own "terminated (SIGTERM)" line; keep its warnings and errors.
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch.accelerators.cuda", "lightning.fabric",
+                 "lightning.pytorch.trainer.connectors.signal_connector"):
         logging.getLogger(name).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
     warnings.filterwarnings("ignore", message=r".*treespec.*")

@@ -243,7 +243,7 @@ def test_sigterm_inside_a_proxy_run_ends_the_study_like_ctrl_c(tmp_path):
 def test_a_terminated_job_says_so_writes_its_results_and_exits_143(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     cmd = [sys.executable, "-m", "search", "n_trials=3", "study_name=term", *TINY, "proxy.budget.steps=100000"]
-    with subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    with subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True) as proc:
         out = ""
         while not out.endswith("trains its own proxy\n"):  # the last line before the first trial (flushed)
@@ -255,6 +255,7 @@ def test_a_terminated_job_says_so_writes_its_results_and_exits_143(tmp_path):
         out += proc.stdout.read()
     assert proc.returncode == 143, out
     assert "terminated (SIGTERM): finished trials are saved; run the same command to resume" in out
+    assert "Received SIGTERM" not in out  # Lightning's own notice, twice, said nothing the job's line does not
     assert (tmp_path / "outputs" / "term" / "summary.json").exists()
 
 
