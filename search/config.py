@@ -163,7 +163,7 @@ class DeploymentConfig:
     attention_dp: List[bool] = field(default_factory=lambda: [False])
     helix: List[int] = field(default_factory=lambda: [1])
     weights: str = "nvfp4"
-    activations: str = "nvfp4"
+    activations: Optional[str] = None  # null: the weights' format (W8A8, W4A4), as co_design.perf.Deployment
     kv_cache: str = "fp8"
     fp8_scaling: str = "tensor"  # FP8 activation scales: tensor (Model Optimizer) or block (co_design.perf.Deployment)
     isl: int = 1024  # input tokens per request
@@ -412,7 +412,7 @@ def to_search_config(cfg: Any) -> SearchConfig:
     from omegaconf import OmegaConf
 
     if isinstance(cfg, SearchConfig):
-        return cfg
+        return _resolved(cfg)
     if not OmegaConf.is_config(cfg):
         cfg = OmegaConf.create(cfg)
     unknown = _unknown_keys(OmegaConf.to_container(cfg, resolve=False), SearchConfig, "")
@@ -425,7 +425,15 @@ def to_search_config(cfg: Any) -> SearchConfig:
     # `datamodule` is an arbitrary mapping: keep it as a plain container for hydra.utils.instantiate.
     obj = OmegaConf.to_object(merged)
     assert isinstance(obj, SearchConfig)
-    return obj
+    return _resolved(obj)
+
+
+def _resolved(cfg: SearchConfig) -> SearchConfig:
+    """``deployment.activations: null`` -> the weights' format, here, so the checks, the scoring and the study's
+    recorded settings all see the format (a study from before the default was null recorded it the same way)."""
+    if cfg.deployment.activations is None:
+        cfg.deployment.activations = cfg.deployment.weights
+    return cfg
 
 
 def _did_you_mean(key: str) -> str:
@@ -813,6 +821,7 @@ def study_settings(cfg: SearchConfig) -> dict[str, Any]:
 
     from co_design.perf import Runtime
 
+    cfg = _resolved(cfg)
     data: dict[str, Any] = {
         "objectives": {"names": list(cfg.objectives.names)},
         "hardware": dataclasses.asdict(cfg.hardware),

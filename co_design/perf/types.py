@@ -250,7 +250,9 @@ class Deployment:
       split along the sequence over ``helix`` ranks, heads over ``tp / helix``;
       the output projection and the FFN use all ``tp`` ranks.
     * ``weights`` / ``activations`` / ``kv_cache``: storage format per tensor class
-      (embeddings, lm_head, router and norms stay bf16).
+      (embeddings, lm_head, router and norms stay bf16). ``activations`` left at None
+      takes the weights' format (W8A8, W4A4): ``Deployment(weights="fp8")`` is an FP8
+      deployment, not FP8 weights under NVFP4 activations.
     * ``fp8_scaling``: how FP8 activations are scaled. ``"tensor"``: one static
       scale per tensor (TensorRT Model Optimizer FP8), so the kernel before each
       GEMM writes FP8 itself (the all-reduce + RMSNorm, the attention output, the
@@ -298,7 +300,7 @@ class Deployment:
     attention_dp: bool = False
     helix: int = 1
     weights: Precision = "nvfp4"
-    activations: Precision = "nvfp4"
+    activations: Precision | None = None  # None: the weights' format
     kv_cache: Precision = "fp8"
     fp8_scaling: FP8Scaling = "tensor"
     isl: int = 1024
@@ -310,6 +312,8 @@ class Deployment:
     def __post_init__(self) -> None:
         for name in ("tp", "ep", "pp", "helix", "isl", "osl"):
             _int_field("Deployment", name, getattr(self, name))
+        if self.activations is None:
+            object.__setattr__(self, "activations", self.weights)
         if self.gpus is None:
             object.__setattr__(self, "gpus", self.tp * self.pp)
         _int_field("Deployment", "gpus", self.gpus)

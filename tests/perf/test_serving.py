@@ -899,3 +899,10 @@ def test_burst_p99_ttft_is_the_wait_of_the_wave_s_99th_prompt():
     assert p.ttft_s < p.ttft_p99_s
     one = predict(SMALL, "b200", d.replace(concurrency=1))
     assert one.ttft_p99_s == one.ttft_s
+
+
+def test_activations_default_to_the_weights_format():
+    assert Deployment().activations == "nvfp4"
+    assert Deployment(weights="fp8").activations == "fp8"  # W8A8, not FP8 weights under NVFP4 activations
+    assert Deployment(weights="bf16", activations="bf16").activations == "bf16"
+    assert Deployment(weights="nvfp4", activations="fp8").activations == "fp8"

@@ -11,7 +11,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ValidationError
 
 from search.app import run
-from search.config import ConfigError, SearchConfig, to_search_config, validate
+from search.config import ConfigError, SearchConfig, study_settings, to_search_config, validate
 from search.paths import CONF_DIR, RECIPES_DIR, REPO_ROOT
 
 from search.compose import compose_config as compose_cfg
@@ -207,3 +207,16 @@ def test_three_values_are_not_a_range():
     with pytest.raises(ConfigError, match=r"space\.layers=\[2, 4, 8\]: give an inclusive range \[low, high\], or one "
                                           r"value \[v\] to fix it"):
         validate(to_search_config(compose_cfg("space.layers=[2,4,8]")))
+
+
+def test_activations_follow_the_weights_unless_set():
+    # `hardware=h100 deployment.weights=fp8` was refused for the NVFP4 activations it never asked for, and on
+    # Blackwell it scored FP8 weights under NVFP4 activations without a word
+    h100 = to_search_config(compose_cfg("hardware=h100", "deployment.weights=fp8", "tracking=off"))
+    validate(h100)
+    assert (h100.deployment.weights, h100.deployment.activations) == ("fp8", "fp8")
+    assert study_settings(h100)["deployment.activations"] == "fp8"
+    mixed = to_search_config(compose_cfg("deployment.weights=nvfp4", "deployment.activations=fp8", "tracking=off"))
+    assert mixed.deployment.activations == "fp8"
+    # the default records what studies created before it recorded, so they resume
+    assert study_settings(to_search_config(compose_cfg()))["deployment.activations"] == "nvfp4"
