@@ -283,11 +283,12 @@ def _enumerate(study: optuna.Study, cfg: Any, gpu: Any, names: list[str], run_di
     """
     say(f"enumerating {grid_size(cfg.space, cfg.deployment):,} suggestion combinations of space={cfg.space.name!r} "
         "(shapes outside space.params are skipped before scoring; Ctrl-C keeps what is scored)")
-    last = [time.perf_counter()]
+    last = time.perf_counter()
 
     def progress(p: EnumerationProgress) -> None:  # a line every PROGRESS_EVERY_S
-        if time.perf_counter() - last[0] >= PROGRESS_EVERY_S:
-            last[0] = time.perf_counter()
+        nonlocal last
+        if time.perf_counter() - last >= PROGRESS_EVERY_S:
+            last = time.perf_counter()
             say(f"enumeration: {p.scored:,} shape(s) scored ({p.feasible:,} feasible) in {_minutes(p.seconds)}, "
                 f"{p.walked / p.combinations:.0%} of the combinations walked; about {_minutes(p.seconds_left)} left")
 
