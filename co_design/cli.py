@@ -434,6 +434,12 @@ def _export(args: argparse.Namespace) -> int:
     except (ArchitectureError, ValueError, OSError) as exc:
         return _fail(str(exc), "export")
     figures = json.loads(files["predicted"].read_text())
+    if args.study_dir is not None:
+        from co_design.export import trial_standing
+
+        standing = trial_standing(args.study_dir, args.trial)
+        if standing:  # stderr, so --json output stays JSON
+            print(f"co-design export: note: {standing}", file=sys.stderr)
     if args.json:
         print(json.dumps({"files": {k: str(v) for k, v in files.items()}, "predicted": figures}, indent=1))
         return 0

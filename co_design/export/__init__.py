@@ -38,6 +38,7 @@ __all__ = [
     "export",
     "trial_architecture",
     "trial_serving",
+    "trial_standing",
     "hf_config",
     "hf_family",
     "hf_extra_params",
@@ -105,6 +106,30 @@ def trial_serving(study_dir: str | Path, trial: int) -> tuple["Deployment | None
         cfg["concurrency"] = int(float(row["batch"]))
         return Deployment(**cfg), summary.get("hardware")
     return None, summary.get("hardware")
+
+
+def trial_standing(study_dir: str | Path, trial: int) -> str | None:
+    """Why trial ``trial`` of a search run directory is not a front candidate, in one sentence, or None when it is
+    one (or when the directory's rows do not say: a run directory of an older version).
+
+    From its row in ``trials.csv`` (``state``, ``pareto``, ``reason``): a trial that did not finish (PRUNED,
+    infeasible shapes included, FAIL, RUNNING) or a finished one off the Pareto front. Exporting either is
+    allowed (a shape picked on purpose); the sentence says what the export does not carry."""
+    d = Path(study_dir)
+    if not (d / "trials.csv").is_file():
+        return None
+    with open(d / "trials.csv", newline="") as f:
+        row = next((r for r in csv.DictReader(f) if str(r.get("trial")) == str(trial)), None)
+    if row is None or not row.get("state"):
+        return None
+    if row["state"] != "COMPLETE":
+        reason = " ".join((row.get("reason") or "").split())
+        return (f"trial {trial} ended {row['state']}{': ' + reason if reason else ''}; the search did not finish "
+                "scoring it, so it has no trained loss (pareto.csv lists the front)")
+    if row.get("pareto") == "False":
+        return (f"trial {trial} is not on the Pareto front: another trial is at least as good on every objective "
+                "and better on one (pareto.csv lists the front)")
+    return None
 
 
 def _rows(d: Path) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from co_design import Architecture
-from co_design.export import export, serving_options, trial_architecture
+from co_design.export import export, serving_options, trial_architecture, trial_standing
 from co_design.perf import Deployment, max_throughput, predict
 
 ARCH = Architecture(hidden=2048, layers=16, heads=16, kv_heads=4, ffn=8192, vocab=32000, name="dense2b")
@@ -73,6 +73,33 @@ def test_trial_from_optuna_storage(tmp_path):
     assert trial_architecture(tmp_path, 1) == MOE
     with pytest.raises(ValueError, match="no trial 7"):
         trial_architecture(tmp_path, 7)
+
+
+def test_export_of_a_trial_off_the_front_says_so(tmp_path, capsys):
+    # co-design export --trial N of a pruned, failed or dominated trial exports the shape and says on stderr what
+    # it lacks; a front trial exports without a note
+    import csv
+
+    from co_design.cli import main
+
+    rows = [("0", "COMPLETE", "True", ""), ("1", "COMPLETE", "False", ""),
+            ("2", "PRUNED", "False", "stopped early at step 50 (dominated)"), ("3", "FAIL", "False", "")]
+    with open(tmp_path / "trials.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["trial", "state", "pareto", "reason", "arch"])
+        for r in rows:
+            w.writerow([*r, json.dumps(ARCH.to_dict())])
+    assert trial_standing(tmp_path, 0) is None
+    assert "not on the Pareto front" in trial_standing(tmp_path, 1)
+    assert trial_standing(tmp_path, 2).startswith("trial 2 ended PRUNED: stopped early at step 50 (dominated);")
+    assert trial_standing(tmp_path, 3).startswith("trial 3 ended FAIL;")
+    assert trial_standing(tmp_path, 9) is None  # no row: nothing to say
+    for trial, note in ((0, None), (2, "trial 2 ended PRUNED")):
+        assert main(["export", "--study-dir", str(tmp_path), "--trial", str(trial), "--hardware", "b200",
+                     "--out", str(tmp_path / f"out{trial}"), "--json"]) == 0
+        out, err = capsys.readouterr()
+        json.loads(out)  # stdout stays JSON
+        assert (note in err) if note else "note:" not in err
 
 
 @pytest.mark.slow
