@@ -17,7 +17,7 @@ import hydra
 from omegaconf import DictConfig
 
 from search.app import main_entry
-from search.cli_help import register_help_resolver, unknown_key
+from search.cli_help import register_help_resolver, scalar_for_list, unknown_key
 from search.config import register_configs
 from search.paths import register_resolvers, unknown_group_option
 from search.redact import redact_console, redact_log_records
@@ -37,9 +37,10 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    # before Hydra, whose report of an unknown option is a dozen lines of search path, and of an
-    # unknown key a hint to write +key=value (which the schema then refuses)
-    problem = unknown_key(sys.argv[1:]) or unknown_group_option(sys.argv[1:])
+    # before Hydra, whose report of an unknown option is a dozen lines of search path, of an
+    # unknown key a hint to write +key=value (which the schema then refuses), and of a bare value for a list
+    # field a type error
+    problem = unknown_key(sys.argv[1:]) or unknown_group_option(sys.argv[1:]) or scalar_for_list(sys.argv[1:])
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)

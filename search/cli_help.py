@@ -228,22 +228,51 @@ def _wrap(head: str, text: str, width: int) -> str:
 
 
 # ----------------------------------------------------------------------------- the key check
-def _is_known(key: str) -> bool:
-    """Whether the dotted ``key`` names a field of ``SearchConfig`` (below a mapping or ``Any``: anything)."""
+def _field(key: str) -> tuple[bool, Any]:
+    """(whether the dotted ``key`` names a field of ``SearchConfig``, its type: None below a mapping or ``Any``,
+    whose keys are the user's)."""
     from search.config import SearchConfig
 
     schema: Any = SearchConfig
     for part in key.split("."):
         if not dataclasses.is_dataclass(schema):
-            return True  # a mapping, list or Any: its keys are the user's
+            return True, None
         hints = typing.get_type_hints(schema)
         if part not in hints:
-            return False
+            return False, None
         schema = hints[part]
         members = [t for t in typing.get_args(schema) if t is not type(None)]
         if typing.get_origin(schema) is typing.Union and len(members) == 1:
             schema = members[0]  # Optional[X] -> X
-    return True
+    return True, schema
+
+
+def _is_known(key: str) -> bool:
+    """Whether the dotted ``key`` names a field of ``SearchConfig`` (below a mapping or ``Any``: anything)."""
+    return _field(key)[0]
+
+
+def scalar_for_list(args: list[str]) -> str | None:
+    """A one-line error for a command-line ``key=value`` that gives one bare value (or a comma sweep of them) to a
+    list field of the schema, such as ``deployment.tp=8``, else None. Hydra's own report names the field
+    but not the fix (``Invalid value assigned: int is not a ListConfig``). A bracketed value, an
+    interpolation, a sweep function (``choice(...)``, ``range(...)``) and ``null`` pass through."""
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        value = value.strip()
+        if not sep or not value or arg.startswith(("-", "+", "~")) or key.split(".")[0] == "hydra" \
+                or value.startswith(("[", "$")) or "(" in value or value == "null":
+            continue
+        known, kind = _field(key)
+        if not known or typing.get_origin(kind) is not list:
+            continue
+        if "," in value:
+            parts = [v.strip() for v in value.split(",")]
+            return (f"{key} is a list (search/config.py) and {arg} gives bare values: write {key}=[{','.join(parts)}] "
+                    f"for one study that chooses among them, or -m {key}={','.join(f'[{v}]' for v in parts)} "
+                    "for one study each")
+        return f"{key} is a list (search/config.py): write {key}=[{value}] for that value alone ({arg} gives it bare)"
+    return None
 
 
 def unknown_key(args: list[str]) -> str | None:

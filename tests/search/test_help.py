@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from search.cli_help import HELP_TAG, groups, option_help, top_level_keys, unknown_key
+from search.cli_help import HELP_TAG, groups, option_help, scalar_for_list, top_level_keys, unknown_key
 from search.paths import CONF_DIR, RECIPES_DIR, REPO_ROOT, group_options
 
 
@@ -139,6 +139,27 @@ def test_misspelt_key_stops_before_hydra_with_exit_status_2():
     assert len(lines) == 1, out.stderr
     assert lines[0].startswith("error: unknown key 'n_trial' (n_trial=5); did you mean 'n_trials'?")
     assert "+n_trial" not in out.stderr  # not Hydra's hint, which the schema would then refuse
+
+
+def test_a_bare_value_for_a_list_key_says_how_to_write_it():
+    # Hydra's own report: "Invalid value assigned: int is not a ListConfig", no fix
+    assert scalar_for_list(["deployment.tp=8"]) == (
+        "deployment.tp is a list (search/config.py): write deployment.tp=[8] for that value alone "
+        "(deployment.tp=8 gives it bare)")
+    sweep = scalar_for_list(["-m", "deployment.tp=1,2"])
+    assert "deployment.tp=[1,2] for one study that chooses among them" in sweep
+    assert "-m deployment.tp=[1],[2] for one study each" in sweep
+    assert scalar_for_list(["space.hidden=2048"]).startswith("space.hidden is a list")
+    for fine in (["deployment.tp=[8]"], ["-m", "deployment.tp=[1],[2]"], ["deployment.tp=choice([1],[2])"],
+                 ["n_trials=3"], ["-m", "seed=0,1"], ["hardware.overrides.sms=148"], ["+deployment.tp=8"]):
+        assert scalar_for_list(fine) is None, fine
+
+
+def test_a_bare_value_for_a_list_key_stops_before_hydra():
+    out = _search("deployment.tp=8")
+    assert out.returncode == 2
+    assert out.stderr.strip() == ("error: deployment.tp is a list (search/config.py): write deployment.tp=[8] for "
+                                  "that value alone (deployment.tp=8 gives it bare)")
 
 
 @pytest.mark.slow
