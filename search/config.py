@@ -536,6 +536,8 @@ def _validate_deployment(cfg: SearchConfig, problems: list[str]) -> None:
     if not d.attention_dp:
         problems.append("deployment.attention_dp is empty; give [false], [true] or [false, true]")
     for key in ("weights", "activations", "kv_cache"):
+        if key == "activations" and d.activations == d.weights:
+            continue  # unset, activations take the weights' format: one problem, reported for the weights
         _known(problems, f"deployment.{key}", getattr(d, key), PRECISIONS)
     _known(problems, "deployment.fp8_scaling", d.fp8_scaling, FP8_SCALINGS)
     _known(problems, "deployment.arrivals", d.arrivals, ARRIVALS)

@@ -220,3 +220,14 @@ def test_activations_follow_the_weights_unless_set():
     assert mixed.deployment.activations == "fp8"
     # the default records what studies created before it recorded, so they resume
     assert study_settings(to_search_config(compose_cfg()))["deployment.activations"] == "nvfp4"
+
+
+def test_an_unknown_weight_format_is_one_problem():
+    # activations follow the weights when unset: "unknown deployment.activations 'int4'" beside the weights' own
+    # problem named a key the user never set
+    with pytest.raises(ConfigError) as e:
+        validate(to_search_config(compose_cfg("deployment.weights=int4", "tracking=off")))
+    assert e.value.problems == ["unknown deployment.weights 'int4'; known: nvfp4, fp8, bf16"]
+    with pytest.raises(ConfigError) as e:  # set, activations are judged on their own
+        validate(to_search_config(compose_cfg("deployment.weights=fp8", "deployment.activations=int8", "tracking=off")))
+    assert e.value.problems == ["unknown deployment.activations 'int8'; known: nvfp4, fp8, bf16"]
