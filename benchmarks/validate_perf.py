@@ -52,6 +52,7 @@ Usage::
     python benchmarks/validate_perf.py --mlperf-latency # MLPerf Server TTFT (mean, p99) and TPOT at the published load
     python benchmarks/validate_perf.py --runtime-spread # concurrency-1 TPOT of one setting on different runtimes
     python benchmarks/validate_perf.py --anchored       # concurrency-1 TPOT with the runtime anchored on other settings
+    python benchmarks/validate_perf.py --fold-spread    # held-out figures over the fits each fold cannot tell apart
     python benchmarks/validate_perf.py --pair-moves     # every fit also tries two-parameter moves (about 2.5x longer)
     python benchmarks/validate_perf.py --jobs 8
 
@@ -596,6 +597,139 @@ def latency_folds(predictor: Predictor, dev: list[dict[str, Any]], low: list[dic
     print(f"latency folds: in sample {mdape('in_sample')}; held out {mdape('held_out')}; "
           f"wrote {out / 'latency_folds.md'}", flush=True)
     return rows
+
+
+# ----------------------------------------------------------------------------- how far held-out figures lean on the search
+FOLD_SPREAD_TOL = 0.01  # a fit within 1 % of the fold's training error is as good a fit as the data can tell apart
+FOLD_SPREAD_DRIFT = 1e-3  # the stored folds' held-out predictions, reproduced within 0.1 %, or validation.json is stale
+
+
+def near_optimal(err: Callable[[dict[str, float]], float], params: dict[str, float],
+                 grids: dict[str, list[float]], tol: float = FOLD_SPREAD_TOL) -> list[tuple[str, dict[str, float], float]]:
+    """``params`` and each of its single-step grid neighbours (one parameter one grid step up or down) whose
+    ``err`` is within ``tol`` (relative) of ``err(params)``: (label, parameters, err) each, ``params`` first
+    (label ``"fit"``). A neighbour below ``err(params)`` is kept too; the coordinate descent that found ``params``
+    leaves none, so one means ``params`` is not the fit of the code at hand."""
+    e0 = err(params)
+    out = [("fit", dict(params), e0)]
+    for k, grid in grids.items():
+        i = grid.index(params[k]) if params[k] in grid else None
+        if i is None:
+            continue
+        for j in (i - 1, i + 1):
+            if 0 <= j < len(grid):
+                cand = {**params, k: grid[j]}
+                e = err(cand)
+                if e <= e0 * (1 + tol):
+                    out.append((f"{k} {params[k]:g} -> {grid[j]:g}", cand, e))
+    return out
+
+
+def spread_draws(folds: dict[str, list[dict[str, float | None]]], draws: int, seed: int = 0
+                 ) -> Iterator[dict[str, float | None]]:
+    """Pooled held-out predictions, each fold's predictions picked from its near-optimal fits: first every fold at
+    its fit (index 0), then ``draws`` picks drawn at random (seeded), each fold independently."""
+    import random
+
+    rng = random.Random(seed)
+    yield {k: v for preds in folds.values() for k, v in preds[0].items()}
+    for _ in range(draws):
+        yield {k: v for preds in folds.values() for k, v in rng.choice(preds).items()}
+
+
+def fold_spread(predictor: Predictor, dev: list[dict[str, Any]], low: list[dict[str, Any]],
+                fold_params: dict[str, dict[str, float]], stored: dict[str, float | None], out: Path,
+                tol: float = FOLD_SPREAD_TOL, draws: int = 2000) -> dict[str, Any]:
+    """How much the leave-one-model-out figures lean on where each fold's search stopped. For each fold (its fit in
+    ``fold_params``, from ``validation.json``), every single-step neighbour of the fit whose training error is
+    within ``tol`` of the fit's (:func:`near_optimal`) is a fit the training rows cannot tell from it; the held-out
+    model's rows are predicted under each. Reported: per fold, the held-out MdAPE over those fits; pooled, the
+    MdAPE and the close pairs ordered over ``draws`` random picks of one such fit per fold. ``stored``: the
+    held-out predictions ``validation.json`` holds, which the fits must reproduce. Writes ``fold_spread.md`` and
+    ``.json`` to ``out``."""
+    per_fold: dict[str, list[dict[str, float | None]]] = {}
+    summary: dict[str, Any] = {"tolerance": tol, "folds": {}}
+    mismatched = []
+    for m, params in fold_params.items():
+        train = [r for r in dev + low if r["model"] != m]
+        held = [r for r in dev if r["model"] == m]
+        pinned = unconstrained(train)
+        grids = {k: [NEUTRAL[k]] if k in pinned else grid for k, (_, grid) in CALIBRATED.items()}
+        cache: dict[tuple, float] = {}
+
+        def err(p: dict[str, float], train=train, cache=cache) -> float:
+            key = tuple(sorted(p.items()))
+            if key not in cache:
+                cache[key] = fit_error(predictor(train, p))
+            return cache[key]
+
+        fits = near_optimal(err, params, grids, tol)
+        preds = [{q["id"]: q["predicted"] for q in predictor(held, p)} for _, p, _ in fits]
+        drift = max((abs(p / stored[i] - 1) if p and stored.get(i) else float(p != stored.get(i)))
+                    for i, p in preds[0].items())
+        summary["max_drift"] = max(summary.get("max_drift", 0.0), drift)
+        if drift > FOLD_SPREAD_DRIFT:
+            mismatched.append(m)
+        per_fold[m] = preds
+        mdapes = [stats([(pr[r["id"]], measured_per_gpu(r)) for r in held])["mdape"] for pr in preds]
+        summary["folds"][m] = {"fit_error": fits[0][2], "held_out_mdape": mdapes[0], "near_optimal": [
+            {"move": label, "fit_error": e, "held_out_mdape": md} for (label, _, e), md in zip(fits, mdapes)]}
+        print(f"fold spread, without {m}: {len(fits) - 1} neighbour(s) within {100 * tol:g} % of fit error "
+              f"{fits[0][2]:.4f}; held-out MdAPE {min(mdapes):.1f}-{max(mdapes):.1f} % (at the fit {mdapes[0]:.1f} %)",
+              flush=True)
+    pooled = []
+    for pick in spread_draws(per_fold, draws):
+        conc = concordance(dev, pick, same_setting)
+        pooled.append({"mdape": stats([(pick.get(r["id"]), measured_per_gpu(r)) for r in dev])["mdape"],
+                       "close_1_25": conc["1.0-1.25x"]["concordant"],
+                       "within_2": sum(v["concordant"] for v in conc.values())})
+    n125, n2 = conc["1.0-1.25x"]["pairs"], sum(v["pairs"] for v in conc.values())  # the same pairs in every pick
+
+    def rng(key: str) -> dict[str, float]:
+        vals = sorted(p[key] for p in pooled[1:]) or [pooled[0][key]]
+        return {"at_fits": pooled[0][key], "min": vals[0], "p5": vals[len(vals) // 20],
+                "median": statistics.median(vals), "p95": vals[-1 - len(vals) // 20], "max": vals[-1]}
+
+    summary |= {"draws": draws, "pairs_within_1_25": n125, "pairs_within_2": n2, "mismatched_folds": mismatched,
+                "pooled": {k: rng(k) for k in ("mdape", "close_1_25", "within_2")}}
+    combos = math.prod(len(v) for v in per_fold.values())
+    L = ["# How far the held-out figures lean on the fit's search", "",
+         "Command: `python benchmarks/validate_perf.py --fold-spread` (reads the leave-one-model-out fits from "
+         "`validation.json`). For each fold, every fit one grid step from the fold's own in one parameter whose "
+         f"training error is within {100 * tol:g} % of the fold's is one the training rows cannot tell from it "
+         "(a coordinate descent stops in the first valley it reaches, and a 1 % difference in training error has "
+         "moved a fold's held-out error by 8-24 points). The held-out model's rows are predicted under each.", ""]
+    if mismatched:
+        L += [f"**The stored fits do not reproduce the stored held-out predictions for {', '.join(mismatched)} "
+              f"(within {100 * FOLD_SPREAD_DRIFT:g} %): `validation.json` is older than the code; rerun "
+              "`validate_perf.py` first.**", ""]
+    else:
+        L += [f"The folds' fits reproduce `validation.json`'s held-out predictions within "
+              f"{100 * summary['max_drift']:.2g} %.", ""]
+    L += ["| fold (model held out) | fit error | held-out MdAPE at the fit | near-optimal fits | held-out MdAPE over them |",
+          "|---|---:|---:|---:|---|"]
+    for m, f in summary["folds"].items():
+        md = [x["held_out_mdape"] for x in f["near_optimal"]]
+        L.append(f"| {m} | {f['fit_error']:.4f} | {f['held_out_mdape']:.1f} % | {len(md) - 1} | "
+                 f"{min(md):.1f} - {max(md):.1f} % |")
+    L += ["", "Moves within the tolerance, per fold: " + "; ".join(
+        f"{m}: " + (", ".join(f"{x['move']} ({x['held_out_mdape']:.1f} %)" for x in f["near_optimal"][1:]) or "none")
+        for m, f in summary["folds"].items()) + ".", "",
+        f"Pooled over the {len(fold_params)} folds ({combos} combinations of one near-optimal fit per fold; "
+        f"{draws} drawn at random, seeded):", "",
+        "| figure | at the folds' fits | min | 5th pct | median | 95th pct | max |", "|---|---:|---:|---:|---:|---:|---:|"]
+    names = {"mdape": ("leave-one-model-out MdAPE, %", ".1f"),
+             "close_1_25": (f"close pairs within 1.25x ordered, of {n125}", ".0f"),
+             "within_2": (f"pairs within 2x ordered, of {n2}", ".0f")}
+    for key, (label, fmt) in names.items():
+        v = summary["pooled"][key]
+        L.append(f"| {label} | " + " | ".join(format(v[c], fmt) for c in ("at_fits", "min", "p5", "median", "p95", "max"))
+                 + " |")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "fold_spread.md").write_text("\n".join(L) + "\n")
+    (out / "fold_spread.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print("\n".join(L), flush=True)
+    return summary
 
 
 # ----------------------------------------------------------------------------- time to first token
@@ -1435,6 +1569,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mlperf-latency", action="store_true",
                     help="predict the MLPerf Server rows' TTFT (mean, p99) and TPOT at their published load; write "
                          "mlperf_latency.md/.json and stop (seconds)")
+    ap.add_argument("--fold-spread", action="store_true",
+                    help="for each leave-one-model-out fit in validation.json, predict the held-out model under every "
+                         "single-step neighbour within 1 %% of its training error; write fold_spread.md/.json and stop "
+                         "(about 5 minutes)")
     ap.add_argument("--latency-folds", action="store_true",
                     help="refit without each model that has only low-concurrency rows, predict its rows, write "
                          "latency_folds.md/.json and stop")
@@ -1476,6 +1614,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.mlperf_latency:
         mlperf_latency_report(rows, Path(args.out))
+        predictor.close()
+        return 0
+    if args.fold_spread:
+        path = Path(args.out) / "validation.json"
+        if not path.is_file():
+            print(f"validate_perf: --fold-spread reads the folds' fits from {path}; run validate_perf.py "
+                  f"--out {args.out} first", file=sys.stderr)
+            return 2
+        stored = json.loads(path.read_text())
+        fold_spread(predictor, dev, low, stored["fold_params"], stored["leave_one_model_out_predicted"], Path(args.out))
         predictor.close()
         return 0
     if args.latency_folds:

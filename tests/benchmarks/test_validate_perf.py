@@ -536,3 +536,30 @@ def test_mlperf_latency_is_predicted_at_the_first_batch_that_reaches_the_publish
                    < load for b in range(1, p["batch"]))
         assert p["ttft_p99_ms"] > p["ttft_mean_ms"] > p["steady_ttft_ms"]  # the prompt queue, and its tail
         assert p["tpot_p99_ms"] > p["tpot_mean_ms"]  # requests decode beside different numbers of prompts
+
+
+def test_near_optimal_keeps_the_single_steps_within_the_tolerance():
+    grids = {"a": [0.1, 0.2, 0.3], "b": [1.0, 2.0]}
+    errs = {(0.2, 1.0): 1.000, (0.1, 1.0): 1.005, (0.3, 1.0): 1.02, (0.2, 2.0): 1.0099, (0.1, 2.0): 0.5}
+
+    def err(p):
+        return errs[p["a"], p["b"]]
+
+    fits = vp.near_optimal(err, {"a": 0.2, "b": 1.0}, grids, tol=0.01)
+    assert [label for label, _, _ in fits] == ["fit", "a 0.2 -> 0.1", "b 1 -> 2"]  # 1.02 is out; no diagonal move
+    assert fits[0][1] == {"a": 0.2, "b": 1.0} and fits[1][2] == 1.005
+    # a pinned parameter (a one-value grid) has no neighbour
+    assert [label for label, _, _ in vp.near_optimal(err, {"a": 0.2, "b": 1.0}, {"a": [0.2], "b": [1.0]})] == ["fit"]
+
+
+def test_spread_draws_pool_one_fit_per_fold_starting_at_the_folds_fits():
+    folds = {"m1": [{"r1": 1.0}, {"r1": 2.0}], "m2": [{"r2": 10.0}, {"r2": 20.0}, {"r2": 30.0}]}
+    picks = list(vp.spread_draws(folds, 200, seed=1))
+    assert picks[0] == {"r1": 1.0, "r2": 10.0} and len(picks) == 201
+    assert {(p["r1"], p["r2"]) for p in picks[1:]} == {(a, b) for a in (1.0, 2.0) for b in (10.0, 20.0, 30.0)}
+    assert picks == list(vp.spread_draws(folds, 200, seed=1))  # seeded
+
+
+def test_fold_spread_refuses_without_the_folds_fits(tmp_path, capsys):
+    assert vp.main(["--fold-spread", "--out", str(tmp_path), "--jobs", "1"]) == 2
+    assert "run validate_perf.py --out" in capsys.readouterr().err
