@@ -48,6 +48,7 @@ from typing import Any, Iterable, Mapping
 from co_design.arch import Architecture
 from co_design.hardware import get_gpu
 from co_design.perf.ops import step_ops
+from co_design.perf.roofline import BYTES_PER_ELEMENT
 from co_design.perf.types import Deployment, Runtime
 
 from calibrate_gpu import ordered_by_band  # benchmarks/ (the script's directory) is on sys.path
@@ -299,6 +300,43 @@ def runtime_split_report(cases: list[dict[str, Any]], others: list[dict[str, Any
     return "\n".join(lines) + "\n", rows
 
 
+def achieved_fraction(case: Mapping[str, Any]) -> tuple[float, float]:
+    """(fraction of its precision's dense tensor-core peak, fraction of the peak HBM bandwidth) a measured call
+    reaches: the expert GEMMs' FLOPs (gate, up and down: 6 x routed tokens x hidden x expert_ffn) and the rank's
+    expert weights read once, over the whole op's time (permute, activation and finalize included, so both are
+    floors of the GEMMs' own rates)."""
+    gpu = get_gpu(case["gpu"])
+    prec = "fp8" if case["precision"] == "fp8_block" else case["precision"]
+    split = case["moe_tp"] * case["moe_ep"]
+    flops = 6.0 * case["tokens"] * case["top_k"] * case["hidden"] * case["expert_ffn"] / split
+    weights = 3.0 * case["experts"] * case["hidden"] * case["expert_ffn"] * BYTES_PER_ELEMENT[prec] / split
+    return (flops / case["time_s"] / gpu.peak_flops_per_s[prec], weights / case["time_s"] / gpu.hbm_bytes_per_s)
+
+
+def reach_table(cases: list[dict[str, Any]]) -> tuple[str, dict[str, dict[str, list[float]]]]:
+    """:func:`achieved_fraction` at the most tokens measured, the experts whole on one GPU (MoE TP1 EP1), per GPU,
+    model and precision: what one grouped-GEMM factor per precision would have to fit."""
+    most = max(c["tokens"] for c in cases)
+    sel = [c for c in cases if c["tokens"] == most and c["moe_tp"] == 1 and c["moe_ep"] == 1]
+    precs = sorted({c["precision"] for c in sel}, key=("bf16", "fp8", "fp8_block", "nvfp4").index)
+    table: dict[str, dict[str, list[float]]] = {}
+    for c in sel:
+        table.setdefault(f"{c['gpu']} {c['model']}", {})[c["precision"]] = list(achieved_fraction(c))
+
+    def cell(v: list[float] | None) -> str:
+        return "-" if v is None else f"{v[0]:.2f}" + (f" (HBM {v[1]:.2f})" if v[1] >= 0.4 else "")
+
+    lines = ["", "## What the calls reach", "",
+             f"Fraction of the precision's dense peak the measured op reaches at {most} tokens, the experts whole on "
+             "one GPU (expert-GEMM FLOPs over the whole op's time), and in parentheses where it is 0.4 or more, the "
+             "fraction of peak HBM bandwidth its expert weights alone take (Maverick: 128 tokens per expert, bound by "
+             "the weights). A grouped-GEMM factor per precision would need one value per column.", "",
+             "| GPU, model | " + " | ".join(precs) + " |", "|---|" + "---:|" * len(precs)]
+    for key in sorted(table):
+        lines.append(f"| {key} | " + " | ".join(cell(table[key].get(p)) for p in precs) + " |")
+    return "\n".join(lines) + "\n", table
+
+
 def _pct(x: float) -> str:
     return f"{x * 100:+.0f} %"
 
@@ -382,6 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     runtime = Runtime()
     rows = predict_all(cases, runtime)
     text, summary = report(rows, runtime)
+    text_reach, summary["reach_at_most_tokens"] = reach_table(cases)
+    text += text_reach
     text_idle, summary["idle_expert_tiles"] = idle_report(cases, runtime)
     text += text_idle
     others = load_runtime_moe(sorted(args.data.glob("runtime_moe_*.json")))

@@ -138,3 +138,19 @@ def test_each_runtimes_block_fp8_split_is_read_from_its_own_file_and_the_runtime
     assert "| h200 | DeepSeek-R1 | TP8 vs EP8 | 1 |" in text
     with pytest.raises(ValueError, match="not a published runtime MoE file"):
         vm.load_runtime_moe([vm.DATA / "moe_h200.json"])
+
+
+def test_what_a_call_reaches_is_its_expert_flops_and_weights_over_its_time() -> None:
+    gpu = get_gpu("h200")
+    flops, hbm = vm.achieved_fraction(CASE)
+    # 256 tokens x top-8 routes over MoE TP2 x EP4: gate, up and down of 4096 x 1536 each, FP8 weights
+    assert flops == pytest.approx(6 * 256 * 8 * 4096 * 1536 / 8 / 1e-4 / gpu.peak_flops_per_s["fp8"])
+    assert hbm == pytest.approx(3 * 128 * 4096 * 1536 * 1.0 / 8 / 1e-4 / gpu.hbm_bytes_per_s)
+    assert vm.achieved_fraction({**CASE, "precision": "fp8_block"}) == (flops, hbm)  # the FP8 rate, FP8 bytes
+    # the table keeps the largest token count, experts whole on one GPU, one cell per model and precision
+    whole = {**CASE, "moe_tp": 1, "moe_ep": 1, "tokens": 4096}
+    text, table = vm.reach_table([CASE, whole, {**whole, "tokens": 1024}, {**whole, "precision": "bf16", "time_s": 2e-4}])
+    assert table == {"h200 Qwen3-235B-A22B": {"fp8": list(vm.achieved_fraction(whole)),
+                                              "bf16": list(vm.achieved_fraction({**whole, "precision": "bf16",
+                                                                                 "time_s": 2e-4}))}}
+    assert "at 4096 tokens" in text and "| GPU, model | bf16 | fp8 |" in text
