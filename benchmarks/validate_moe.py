@@ -313,25 +313,34 @@ def achieved_fraction(case: Mapping[str, Any]) -> tuple[float, float]:
     return (flops / case["time_s"] / gpu.peak_flops_per_s[prec], weights / case["time_s"] / gpu.hbm_bytes_per_s)
 
 
-def reach_table(cases: list[dict[str, Any]]) -> tuple[str, dict[str, dict[str, list[float]]]]:
+def reach_table(rows: list[dict[str, Any]]) -> tuple[str, dict[str, dict[str, list[float | None]]]]:
     """:func:`achieved_fraction` at the most tokens measured, the experts whole on one GPU (MoE TP1 EP1), per GPU,
-    model and precision: what one grouped-GEMM factor per precision would have to fit."""
-    most = max(c["tokens"] for c in cases)
-    sel = [c for c in cases if c["tokens"] == most and c["moe_tp"] == 1 and c["moe_ep"] == 1]
-    precs = sorted({c["precision"] for c in sel}, key=("bf16", "fp8", "fp8_block", "nvfp4").index)
-    table: dict[str, dict[str, list[float]]] = {}
-    for c in sel:
-        table.setdefault(f"{c['gpu']} {c['model']}", {})[c["precision"]] = list(achieved_fraction(c))
+    model and precision, beside the model's own fraction of the peak for the call (its ``predicted_s``): what one
+    grouped-GEMM factor per precision would have to fit, and whether the model follows the expert shape."""
+    most = max(r["tokens"] for r in rows)
+    sel = [r for r in rows if r["tokens"] == most and r["moe_tp"] == 1 and r["moe_ep"] == 1]
+    precs = sorted({r["precision"] for r in sel}, key=("bf16", "fp8", "fp8_block", "nvfp4").index)
+    table: dict[str, dict[str, list[float | None]]] = {}
+    for r in sel:
+        flops, hbm = achieved_fraction(r)
+        model = flops * r["time_s"] / r["predicted_s"] if r.get("predicted_s") else None
+        table.setdefault(f"{r['gpu']} {r['model']}", {})[r["precision"]] = [flops, hbm, model]
 
-    def cell(v: list[float] | None) -> str:
-        return "-" if v is None else f"{v[0]:.2f}" + (f" (HBM {v[1]:.2f})" if v[1] >= 0.4 else "")
+    def cell(v: list[float | None] | None) -> str:
+        if v is None:
+            return "-"
+        flops, hbm, model = v
+        return (f"{flops:.2f}" + (f" / {model:.2f}" if model is not None else "")
+                + (f" (HBM {hbm:.2f})" if hbm is not None and hbm >= 0.4 else ""))
 
     lines = ["", "## What the calls reach", "",
              f"Fraction of the precision's dense peak the measured op reaches at {most} tokens, the experts whole on "
-             "one GPU (expert-GEMM FLOPs over the whole op's time), and in parentheses where it is 0.4 or more, the "
-             "fraction of peak HBM bandwidth its expert weights alone take (Maverick: 128 tokens per expert, bound by "
-             "the weights). A grouped-GEMM factor per precision would need one value per column.", "",
-             "| GPU, model | " + " | ".join(precs) + " |", "|---|" + "---:|" * len(precs)]
+             "one GPU (expert-GEMM FLOPs over the whole op's time), then the model's for the same call at `Runtime()` "
+             "defaults; in parentheses where it is 0.4 or more, the fraction of peak HBM bandwidth the expert weights "
+             "alone take (Maverick: 128 tokens per expert, bound by the weights). A grouped-GEMM factor per precision "
+             "would need one value per column.", "",
+             "| GPU, model | " + " | ".join(f"{p}: measured / model" for p in precs) + " |",
+             "|---|" + "---:|" * len(precs)]
     for key in sorted(table):
         lines.append(f"| {key} | " + " | ".join(cell(table[key].get(p)) for p in precs) + " |")
     return "\n".join(lines) + "\n", table
@@ -420,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     runtime = Runtime()
     rows = predict_all(cases, runtime)
     text, summary = report(rows, runtime)
-    text_reach, summary["reach_at_most_tokens"] = reach_table(cases)
+    text_reach, summary["reach_at_most_tokens"] = reach_table(rows)
     text += text_reach
     text_idle, summary["idle_expert_tiles"] = idle_report(cases, runtime)
     text += text_idle
@@ -433,7 +442,10 @@ def main(argv: list[str] | None = None) -> int:
         text += text_rt
     if args.fit:
         fitted, err = fit_grouped(cases, runtime)
-        text_fit, summary_fit = report(predict_all(cases, fitted), fitted)
+        fitted_rows = predict_all(cases, fitted)
+        text_fit, summary_fit = report(fitted_rows, fitted)
+        text_reach_fit, summary_fit["reach_at_most_tokens"] = reach_table(fitted_rows)
+        text_fit += text_reach_fit
         head = (f"\n# With the grouped-GEMM factors fitted on these calls\n\n`grouped_gemm_efficiency` "
                 f"{runtime.grouped_gemm_efficiency:g} -> {fitted.grouped_gemm_efficiency:g}, `expert_tile_overhead_s` "
                 f"{runtime.expert_tile_overhead_s:g} -> {fitted.expert_tile_overhead_s:g} s (grid "

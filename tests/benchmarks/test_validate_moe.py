@@ -147,10 +147,11 @@ def test_what_a_call_reaches_is_its_expert_flops_and_weights_over_its_time() -> 
     assert flops == pytest.approx(6 * 256 * 8 * 4096 * 1536 / 8 / 1e-4 / gpu.peak_flops_per_s["fp8"])
     assert hbm == pytest.approx(3 * 128 * 4096 * 1536 * 1.0 / 8 / 1e-4 / gpu.hbm_bytes_per_s)
     assert vm.achieved_fraction({**CASE, "precision": "fp8_block"}) == (flops, hbm)  # the FP8 rate, FP8 bytes
-    # the table keeps the largest token count, experts whole on one GPU, one cell per model and precision
-    whole = {**CASE, "moe_tp": 1, "moe_ep": 1, "tokens": 4096}
-    text, table = vm.reach_table([CASE, whole, {**whole, "tokens": 1024}, {**whole, "precision": "bf16", "time_s": 2e-4}])
-    assert table == {"h200 Qwen3-235B-A22B": {"fp8": list(vm.achieved_fraction(whole)),
-                                              "bf16": list(vm.achieved_fraction({**whole, "precision": "bf16",
-                                                                                 "time_s": 2e-4}))}}
-    assert "at 4096 tokens" in text and "| GPU, model | bf16 | fp8 |" in text
+    # the table keeps the largest token count, experts whole on one GPU, one cell per model and precision, with the
+    # model's fraction for the call beside the measured one
+    whole = {**CASE, "moe_tp": 1, "moe_ep": 1, "tokens": 4096, "predicted_s": 4e-4}
+    bf16 = {**whole, "precision": "bf16", "time_s": 2e-4, "predicted_s": None}
+    text, table = vm.reach_table([{**CASE, "predicted_s": 1e-4}, whole, {**whole, "tokens": 1024}, bf16])
+    f, h = vm.achieved_fraction(whole)
+    assert table == {"h200 Qwen3-235B-A22B": {"fp8": [f, h, pytest.approx(f / 4)], "bf16": [*vm.achieved_fraction(bf16), None]}}
+    assert "at 4096 tokens" in text and "| GPU, model | bf16: measured / model | fp8: measured / model |" in text
