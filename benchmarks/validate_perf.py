@@ -605,23 +605,26 @@ FOLD_SPREAD_DRIFT = 1e-3  # the stored folds' held-out predictions, reproduced w
 
 
 def near_optimal(err: Callable[[dict[str, float]], float], params: dict[str, float],
-                 grids: dict[str, list[float]], tol: float = FOLD_SPREAD_TOL) -> list[tuple[str, dict[str, float], float]]:
-    """``params`` and each of its single-step grid neighbours (one parameter one grid step up or down) whose
-    ``err`` is within ``tol`` (relative) of ``err(params)``: (label, parameters, err) each, ``params`` first
-    (label ``"fit"``). A neighbour below ``err(params)`` is kept too; the coordinate descent that found ``params``
-    leaves none, so one means ``params`` is not the fit of the code at hand."""
+                 grids: dict[str, list[float]], tol: float = FOLD_SPREAD_TOL,
+                 pairs: bool = False) -> list[tuple[str, dict[str, float], float]]:
+    """``params`` and each of its grid neighbours whose ``err`` is within ``tol`` (relative) of ``err(params)``:
+    (label, parameters, err) each, ``params`` first (label ``"fit"``). A neighbour moves one parameter one grid
+    step up or down, or with ``pairs`` also two parameters one step each (the diagonal valleys a coordinate
+    descent cannot see). A neighbour below ``err(params)`` is kept too: one single-step neighbour below it means
+    ``params`` is not the coordinate descent's fit of the code at hand; a two-step one is a valley it missed."""
     e0 = err(params)
     out = [("fit", dict(params), e0)]
-    for k, grid in grids.items():
-        i = grid.index(params[k]) if params[k] in grid else None
-        if i is None:
-            continue
-        for j in (i - 1, i + 1):
-            if 0 <= j < len(grid):
-                cand = {**params, k: grid[j]}
-                e = err(cand)
-                if e <= e0 * (1 + tol):
-                    out.append((f"{k} {params[k]:g} -> {grid[j]:g}", cand, e))
+    steps = {k: [(j, grid[j]) for j in (grid.index(params[k]) - 1, grid.index(params[k]) + 1) if 0 <= j < len(grid)]
+             for k, grid in grids.items() if params[k] in grid}
+    moves = [((k, v),) for k, vs in steps.items() for _, v in vs]
+    if pairs:
+        moves += [((a, va), (b, vb)) for a, b in itertools.combinations(steps, 2)
+                  for _, va in steps[a] for _, vb in steps[b]]
+    for move in moves:
+        cand = {**params, **dict(move)}
+        e = err(cand)
+        if e <= e0 * (1 + tol):
+            out.append((", ".join(f"{k} {params[k]:g} -> {v:g}" for k, v in move), cand, e))
     return out
 
 
@@ -639,16 +642,16 @@ def spread_draws(folds: dict[str, list[dict[str, float | None]]], draws: int, se
 
 def fold_spread(predictor: Predictor, dev: list[dict[str, Any]], low: list[dict[str, Any]],
                 fold_params: dict[str, dict[str, float]], stored: dict[str, float | None], out: Path,
-                tol: float = FOLD_SPREAD_TOL, draws: int = 2000) -> dict[str, Any]:
+                tol: float = FOLD_SPREAD_TOL, draws: int = 2000, pairs: bool = False) -> dict[str, Any]:
     """How much the leave-one-model-out figures lean on where each fold's search stopped. For each fold (its fit in
     ``fold_params``, from ``validation.json``), every single-step neighbour of the fit whose training error is
     within ``tol`` of the fit's (:func:`near_optimal`) is a fit the training rows cannot tell from it; the held-out
     model's rows are predicted under each. Reported: per fold, the held-out MdAPE over those fits; pooled, the
     MdAPE and the close pairs ordered over ``draws`` random picks of one such fit per fold. ``stored``: the
-    held-out predictions ``validation.json`` holds, which the fits must reproduce. Writes ``fold_spread.md`` and
-    ``.json`` to ``out``."""
+    held-out predictions ``validation.json`` holds, which the fits must reproduce. ``pairs``: two-parameter
+    neighbours too. Writes ``fold_spread.md`` and ``.json`` (``fold_spread_pairs.*`` with ``pairs``) to ``out``."""
     per_fold: dict[str, list[dict[str, float | None]]] = {}
-    summary: dict[str, Any] = {"tolerance": tol, "folds": {}}
+    summary: dict[str, Any] = {"tolerance": tol, "pairs": pairs, "folds": {}}
     mismatched = []
     for m, params in fold_params.items():
         train = [r for r in dev + low if r["model"] != m]
@@ -663,7 +666,7 @@ def fold_spread(predictor: Predictor, dev: list[dict[str, Any]], low: list[dict[
                 cache[key] = fit_error(predictor(train, p))
             return cache[key]
 
-        fits = near_optimal(err, params, grids, tol)
+        fits = near_optimal(err, params, grids, tol, pairs)
         preds = [{q["id"]: q["predicted"] for q in predictor(held, p)} for _, p, _ in fits]
         drift = max((abs(p / stored[i] - 1) if p and stored.get(i) else float(p != stored.get(i)))
                     for i, p in preds[0].items())
@@ -694,8 +697,9 @@ def fold_spread(predictor: Predictor, dev: list[dict[str, Any]], low: list[dict[
                 "pooled": {k: rng(k) for k in ("mdape", "close_1_25", "within_2")}}
     combos = math.prod(len(v) for v in per_fold.values())
     L = ["# How far the held-out figures lean on the fit's search", "",
-         "Command: `python benchmarks/validate_perf.py --fold-spread` (reads the leave-one-model-out fits from "
-         "`validation.json`). For each fold, every fit one grid step from the fold's own in one parameter whose "
+         f"Command: `python benchmarks/validate_perf.py --fold-spread{' --pair-moves' if pairs else ''}` (reads the "
+         "leave-one-model-out fits from `validation.json`). For each fold, every fit one grid step from the fold's "
+         f"own in one parameter{' or in two' if pairs else ''} whose "
          f"training error is within {100 * tol:g} % of the fold's is one the training rows cannot tell from it "
          "(a coordinate descent stops in the first valley it reaches, and a 1 % difference in training error has "
          "moved a fold's held-out error by 8-24 points). The held-out model's rows are predicted under each.", ""]
@@ -726,8 +730,9 @@ def fold_spread(predictor: Predictor, dev: list[dict[str, Any]], low: list[dict[
         L.append(f"| {label} | " + " | ".join(format(v[c], fmt) for c in ("at_fits", "min", "p5", "median", "p95", "max"))
                  + " |")
     out.mkdir(parents=True, exist_ok=True)
-    (out / "fold_spread.md").write_text("\n".join(L) + "\n")
-    (out / "fold_spread.json").write_text(json.dumps(summary, indent=1) + "\n")
+    name = "fold_spread_pairs" if pairs else "fold_spread"
+    (out / f"{name}.md").write_text("\n".join(L) + "\n")
+    (out / f"{name}.json").write_text(json.dumps(summary, indent=1) + "\n")
     print("\n".join(L), flush=True)
     return summary
 
@@ -1572,7 +1577,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fold-spread", action="store_true",
                     help="for each leave-one-model-out fit in validation.json, predict the held-out model under every "
                          "single-step neighbour within 1 %% of its training error; write fold_spread.md/.json and stop "
-                         "(about 5 minutes)")
+                         "(2 minutes on 2 cores; with --pair-moves also two-parameter neighbours, fold_spread_pairs.*)")
     ap.add_argument("--latency-folds", action="store_true",
                     help="refit without each model that has only low-concurrency rows, predict its rows, write "
                          "latency_folds.md/.json and stop")
@@ -1623,7 +1628,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"--out {args.out} first", file=sys.stderr)
             return 2
         stored = json.loads(path.read_text())
-        fold_spread(predictor, dev, low, stored["fold_params"], stored["leave_one_model_out_predicted"], Path(args.out))
+        fold_spread(predictor, dev, low, stored["fold_params"], stored["leave_one_model_out_predicted"], Path(args.out),
+                    pairs=args.pair_moves)
         predictor.close()
         return 0
     if args.latency_folds:

@@ -563,3 +563,14 @@ def test_spread_draws_pool_one_fit_per_fold_starting_at_the_folds_fits():
 def test_fold_spread_refuses_without_the_folds_fits(tmp_path, capsys):
     assert vp.main(["--fold-spread", "--out", str(tmp_path), "--jobs", "1"]) == 2
     assert "run validate_perf.py --out" in capsys.readouterr().err
+
+
+def test_near_optimal_pairs_add_the_two_parameter_steps():
+    grids = {"a": [0.1, 0.2, 0.3], "b": [1.0, 2.0]}
+
+    def err(p):  # a diagonal valley: each single step costs, a + b together gain
+        return {(0.2, 1.0): 1.0, (0.3, 2.0): 0.9}.get((p["a"], p["b"]), 1.5)
+
+    assert [label for label, _, _ in vp.near_optimal(err, {"a": 0.2, "b": 1.0}, grids)] == ["fit"]
+    fits = vp.near_optimal(err, {"a": 0.2, "b": 1.0}, grids, pairs=True)
+    assert [(label, e) for label, _, e in fits] == [("fit", 1.0), ("a 0.2 -> 0.3, b 1 -> 2", 0.9)]
