@@ -73,6 +73,7 @@ import itertools
 import json
 import math
 import os
+import random
 import re
 import statistics
 import sys
@@ -632,8 +633,6 @@ def spread_draws(folds: dict[str, list[dict[str, float | None]]], draws: int, se
                  ) -> Iterator[dict[str, float | None]]:
     """Pooled held-out predictions, each fold's predictions picked from its near-optimal fits: first every fold at
     its fit (index 0), then ``draws`` picks drawn at random (seeded), each fold independently."""
-    import random
-
     rng = random.Random(seed)
     yield {k: v for preds in folds.values() for k, v in preds[0].items()}
     for _ in range(draws):
@@ -644,8 +643,8 @@ def fold_spread(predictor: Predictor, dev: list[dict[str, Any]], low: list[dict[
                 fold_params: dict[str, dict[str, float]], stored: dict[str, float | None], out: Path,
                 tol: float = FOLD_SPREAD_TOL, draws: int = 2000, pairs: bool = False) -> dict[str, Any]:
     """How much the leave-one-model-out figures lean on where each fold's search stopped. For each fold (its fit in
-    ``fold_params``, from ``validation.json``), every single-step neighbour of the fit whose training error is
-    within ``tol`` of the fit's (:func:`near_optimal`) is a fit the training rows cannot tell from it; the held-out
+    ``fold_params``, from ``validation.json``), every neighbour of the fit (:func:`near_optimal`) whose training error is
+    within ``tol`` of the fit's is a fit the training rows cannot tell from it; the held-out
     model's rows are predicted under each. Reported: per fold, the held-out MdAPE over those fits; pooled, the
     MdAPE and the close pairs ordered over ``draws`` random picks of one such fit per fold. ``stored``: the
     held-out predictions ``validation.json`` holds, which the fits must reproduce. ``pairs``: two-parameter
@@ -1626,6 +1625,7 @@ def main(argv: list[str] | None = None) -> int:
         if not path.is_file():
             print(f"validate_perf: --fold-spread reads the folds' fits from {path}; run validate_perf.py "
                   f"--out {args.out} first", file=sys.stderr)
+            predictor.close()
             return 2
         stored = json.loads(path.read_text())
         fold_spread(predictor, dev, low, stored["fold_params"], stored["leave_one_model_out_predicted"], Path(args.out),
