@@ -252,16 +252,32 @@ def _is_known(key: str) -> bool:
     return _field(key)[0]
 
 
+_OWN_CONFIGS = ("hydra.searchpath", "--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn")
+
+
+def _plain_overrides(args: list[str]) -> list[tuple[str, str, str]]:
+    """(arg, key, value) of each plain ``key=value`` override the schema judges: ``+key=...``, ``++key=...``,
+    ``~key``, ``hydra.*`` keys, flags and group@package options are left to Hydra, and so is every override of a
+    command that brings configs of its own (``--config-dir``, ``--config-name``, ``hydra.searchpath``)."""
+    if any(a.startswith(_OWN_CONFIGS) for a in args):
+        return []
+    out = []
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        if sep and not arg.startswith(("-", "+", "~")) and key.split(".")[0] != "hydra" \
+                and not any(c in key for c in "@/"):
+            out.append((arg, key, value.strip()))
+    return out
+
+
 def scalar_for_list(args: list[str]) -> str | None:
     """A one-line error for a command-line ``key=value`` that gives one bare value (or a comma sweep of them) to a
     list field of the schema, such as ``deployment.tp=8``, else None. Hydra's own report names the field
     but not the fix (``Invalid value assigned: int is not a ListConfig``). A bracketed value, an
-    interpolation, a sweep function (``choice(...)``, ``range(...)``) and ``null`` pass through."""
-    for arg in args:
-        key, sep, value = arg.partition("=")
-        value = value.strip()
-        if not sep or not value or arg.startswith(("-", "+", "~")) or key.split(".")[0] == "hydra" \
-                or value.startswith(("[", "$")) or "(" in value or value == "null":
+    interpolation, a sweep function (``choice(...)``, ``range(...)``) and ``null`` pass through, as does what
+    :func:`_plain_overrides` leaves to Hydra."""
+    for arg, key, value in _plain_overrides(args):
+        if not value or value.startswith(("[", "$")) or "(" in value or value == "null":
             continue
         known, kind = _field(key)
         if not known or typing.get_origin(kind) is not list:
@@ -279,16 +295,22 @@ def unknown_key(args: list[str]) -> str | None:
     """A one-line error for a command-line ``key=value`` whose key the schema lacks, else None.
 
     The suggestion is search/config.py's "did you mean" (the one the job gives for a
-    key in a YAML file), or the closest config group. ``+key=...``, ``++key=...``,
-    ``~key``, ``hydra.*`` keys, flags and group options pass through, and the check
-    stands aside when the command brings configs of its own (``--config-dir``,
-    ``--config-name``, ``hydra.searchpath``).
+    key in a YAML file), or the closest config group. What :func:`_plain_overrides` leaves to
+    Hydra passes through.
     """
     from search.config import _did_you_mean
 
-    own = ("hydra.searchpath", "--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn")
-    if any(a.startswith(own) for a in args):
-        return None
+    known_groups = groups()
+    for arg, key, _ in _plain_overrides(args):
+        if key in known_groups or _is_known(key):
+            continue
+        hint = _did_you_mean(key)
+        close = difflib.get_close_matches(key, known_groups, n=1)
+        if not hint.startswith("did you mean") and close:
+            hint = f"did you mean the config group {close[0]!r}? "
+        return (f"unknown key {key!r} ({arg}); {hint}"
+                "(the schema is search/config.py; python -m search --help lists the keys)")
+    return None
     known_groups = groups()
     for arg in args:
         key, sep, _ = arg.partition("=")

@@ -189,3 +189,8 @@ def test_the_slurm_launcher_option_is_submitits_with_one_gpu_per_worker(tmp_path
     assert launcher["_target_"] == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
     assert (launcher["gpus_per_node"], launcher["tasks_per_node"], launcher["array_parallelism"]) == (1, 1, 64)
 
+
+
+def test_the_list_key_check_stands_aside_for_configs_of_the_users_own():
+    # as the unknown-key check does: another primary config may not use the schema's lists
+    assert scalar_for_list(["--config-name", "mine", "deployment.tp=8"]) is None
