@@ -77,11 +77,14 @@ def layer(case: Mapping[str, Any]) -> Architecture:
                         name=case["model"])
 
 
+def case_format(case: Mapping[str, Any]) -> tuple[str, str]:
+    """(format, ``Deployment.fp8_scaling``) of a case: ``fp8_block`` is FP8 with one scale per 128 values."""
+    return ("fp8", "block") if case["precision"] == "fp8_block" else (case["precision"], "tensor")
+
+
 def predict_s(case: Mapping[str, Any], gpu_name: str, runtime: Runtime) -> float:
     """Seconds the serving model gives the case's MoE ops on one GPU (see the module docstring)."""
-    prec, scaling = case["precision"], "tensor"
-    if prec == "fp8_block":  # FP8 with one scale per 128 values: Deployment.fp8_scaling "block"
-        prec, scaling = "fp8", "block"
+    prec, scaling = case_format(case)
     dep = Deployment(tp=case["moe_tp"] * case["moe_ep"], ep=case["moe_ep"], weights=prec, activations=prec,
                      kv_cache="bf16" if prec == "bf16" else "fp8", fp8_scaling=scaling, runtime=runtime)
     ops = step_ops(layer(case), get_gpu(gpu_name), dep, decode=float(case["tokens"]), context=1024.0,
@@ -306,7 +309,7 @@ def achieved_fraction(case: Mapping[str, Any]) -> tuple[float, float]:
     expert weights read once, over the whole op's time (permute, activation and finalize included, so both are
     floors of the GEMMs' own rates)."""
     gpu = get_gpu(case["gpu"])
-    prec = "fp8" if case["precision"] == "fp8_block" else case["precision"]
+    prec = case_format(case)[0]
     split = case["moe_tp"] * case["moe_ep"]
     flops = 6.0 * case["tokens"] * case["top_k"] * case["hidden"] * case["expert_ffn"] / split
     weights = 3.0 * case["experts"] * case["hidden"] * case["expert_ffn"] * BYTES_PER_ELEMENT[prec] / split
